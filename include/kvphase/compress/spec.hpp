@@ -1,0 +1,195 @@
+#pragma once
+/// \file compress/spec.hpp
+/// operator_spec: the one description of a chunked compression operator. The same spec feeds
+/// the compressor, the attention models, the sweep engine and the theory, so a prediction and a
+/// measurement can never disagree about what was modelled.
+///
+/// The spec holds the geometry, the pool kind and the *slot-level* gate profile (fixed slot
+/// weights, or slot bias b and the scale τ of random content logits). Learned projections
+/// (content-gate vector u, channel-gate matrices, two-stream projections, MLP weights) are model
+/// parameters and live in compress/pool.hpp's parameter structs.
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::compress {
+
+/// How the W slots of an entry are combined.
+enum class pool_kind {
+  identity,      ///< W = S = 1: the token itself (full attention as a degenerate grid)
+  mean,          ///< uniform average over unmasked slots
+  max,           ///< per-channel maximum over unmasked slots
+  weights,       ///< fixed slot weights w ∈ R^W (renormalised over unmasked slots)
+  slot_gate,     ///< scalar gate α_r = softmax_r(z_t + b_r), z_t = u·x_t optional, b ∈ R^W
+  channel_gate,  ///< DeepSeek-V4 HCA: per-channel softmax over slots of X·W_Z + B, payload X·W_C
+  two_stream,    ///< DeepSeek-V4 CSA: W = 2S from streams a (previous block) and b (current)
+  mlp            ///< NSA: MLP over the flattened block with intra-block position encoding
+};
+
+inline const char* to_string(pool_kind k) noexcept {
+  switch (k) {
+    case pool_kind::identity: return "identity";
+    case pool_kind::mean: return "mean";
+    case pool_kind::max: return "max";
+    case pool_kind::weights: return "weights";
+    case pool_kind::slot_gate: return "slot_gate";
+    case pool_kind::channel_gate: return "channel_gate";
+    case pool_kind::two_stream: return "two_stream";
+    case pool_kind::mlp: return "mlp";
+  }
+  return "?";
+}
+
+/// Position given to a compressed entry for RoPE.
+enum class rope_anchor { none, start, end, centre };
+
+inline const char* to_string(rope_anchor a) noexcept {
+  switch (a) {
+    case rope_anchor::none: return "none";
+    case rope_anchor::start: return "start";
+    case rope_anchor::end: return "end";
+    case rope_anchor::centre: return "centre";
+  }
+  return "?";
+}
+
+/// RoPE applied to compressed entries (and, in attention models, to raw keys and queries).
+struct rope_config {
+  rope_anchor anchor = rope_anchor::none;  ///< none = NoPE
+  double theta = 10000.0;                  ///< base θ
+  index_t rope_dim = 0;                    ///< rotated channels (the last rope_dim); 0 = all
+  void validate(index_t dim = -1) const {
+    require(std::isfinite(theta) && theta > 1.0, "rope.theta", theta, "must be finite and > 1");
+    require(rope_dim >= 0 && rope_dim % 2 == 0, "rope.rope_dim", rope_dim, "must be even and >= 0");
+    if (dim >= 0) require(rope_dim <= dim, "rope.rope_dim", rope_dim, "must be <= the channel count");
+  }
+};
+
+/// One chunked compression operator.
+struct operator_spec {
+  chunk_grid grid{};
+  pool_kind pool = pool_kind::mean;
+  std::vector<double> slot_weights;  ///< pool_kind::weights: length W, finite, ≥ 0, not all 0
+  std::vector<double> slot_bias;     ///< slot_gate: b ∈ R^W (empty = all zero)
+  double content_std = 0.0;          ///< τ ≥ 0: std of random content logits z_t (0 = none)
+  bool rmsnorm = false;              ///< RMSNorm the pooled entry (no weight at spec level)
+  double rms_eps = 1e-6;
+  rope_config rope{};
+  index_t heads = 1;                 ///< compression heads (each may shift its grid)
+  std::vector<index_t> head_offsets; ///< per-head origin offset added to grid.origin (empty = 0)
+  std::string name;                  ///< preset name, for logs
+
+  void validate() const {
+    grid.validate();
+    const index_t W = grid.window;
+    require(heads >= 1, "heads", heads, "must be >= 1");
+    require(head_offsets.empty() || static_cast<index_t>(head_offsets.size()) == heads,
+            "head_offsets.size()", head_offsets.size(), "must be 0 or equal to heads");
+    require(content_std >= 0.0 && std::isfinite(content_std), "content_std", content_std,
+            "must be finite and >= 0");
+    require(rms_eps > 0.0 && std::isfinite(rms_eps), "rms_eps", rms_eps, "must be finite and > 0");
+    rope.validate();
+    switch (pool) {
+      case pool_kind::identity:
+        require(W == 1 && grid.stride == 1, "window", W, "identity pooling needs window = stride = 1");
+        break;
+      case pool_kind::weights: {
+        require(static_cast<index_t>(slot_weights.size()) == W, "slot_weights.size()",
+                slot_weights.size(), "must equal window (" + std::to_string(W) + ")");
+        require_finite(slot_weights, "slot_weights");
+        double s = 0;
+        for (double w : slot_weights) {
+          require(w >= 0.0, "slot_weights", w, "weights must be >= 0");
+          s += w;
+        }
+        require(s > 0.0, "slot_weights", s, "must not all be zero");
+        break;
+      }
+      case pool_kind::slot_gate:
+        require(slot_bias.empty() || static_cast<index_t>(slot_bias.size()) == W, "slot_bias.size()",
+                slot_bias.size(), "must be 0 or equal window (" + std::to_string(W) + ")");
+        require_finite(slot_bias, "slot_bias");
+        break;
+      case pool_kind::two_stream:
+        require(W == 2 * grid.stride, "window", W, "two_stream pooling needs window = 2 * stride");
+        require(grid.convention == grid_convention::v4, "grid.convention", to_string(grid.convention),
+                "two_stream pooling needs the v4 convention");
+        break;
+      default:
+        break;
+    }
+    if (pool != pool_kind::slot_gate) {
+      require(content_std == 0.0 || pool == pool_kind::channel_gate || pool == pool_kind::two_stream,
+              "content_std", content_std, "content logits apply only to gated pools");
+    }
+  }
+
+  /// Grid of compression head h (origin shifted by head_offsets[h]).
+  [[nodiscard]] chunk_grid head_grid(index_t h) const {
+    chunk_grid g = grid;
+    if (!head_offsets.empty()) g.origin += head_offsets[static_cast<std::size_t>(h)];
+    return g;
+  }
+
+  /// True when the pooled entry is a fixed linear combination of its tokens (independent of
+  /// content): identity, mean, weights, slot_gate with τ = 0. These admit the score-space engine
+  /// and the exact Gaussian theory.
+  [[nodiscard]] bool is_content_independent_linear() const noexcept {
+    return pool == pool_kind::identity || pool == pool_kind::mean || pool == pool_kind::weights ||
+           (pool == pool_kind::slot_gate && content_std == 0.0);
+  }
+
+  /// Slot weights of a content-independent linear pool for an entry with `masked` leading slots
+  /// masked (renormalised over the unmasked ones). Length W; masked slots get 0.
+  [[nodiscard]] std::vector<double> linear_slot_weights(index_t masked = 0) const {
+    const index_t W = grid.window;
+    std::vector<double> w(static_cast<std::size_t>(W), 0.0);
+    double s = 0.0;
+    for (index_t r = masked; r < W; ++r) {
+      double v = 1.0;
+      if (pool == pool_kind::weights) v = slot_weights[static_cast<std::size_t>(r)];
+      if (pool == pool_kind::slot_gate && !slot_bias.empty()) v = std::exp(slot_bias[static_cast<std::size_t>(r)]);
+      w[static_cast<std::size_t>(r)] = v;
+      s += v;
+    }
+    if (pool == pool_kind::slot_gate && !slot_bias.empty()) {
+      // softmax with max-shift for range safety
+      double m = -INFINITY;
+      for (index_t r = masked; r < W; ++r) m = std::max(m, slot_bias[static_cast<std::size_t>(r)]);
+      s = 0.0;
+      for (index_t r = masked; r < W; ++r) {
+        w[static_cast<std::size_t>(r)] = std::exp(slot_bias[static_cast<std::size_t>(r)] - m);
+        s += w[static_cast<std::size_t>(r)];
+      }
+    }
+    for (auto& v : w) v /= s;
+    return w;
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const operator_spec& s) {
+    os << "operator_spec{name=" << (s.name.empty() ? "-" : s.name) << ", " << s.grid
+       << ", pool=" << to_string(s.pool);
+    auto list = [&](const char* n, const auto& v) {
+      if (v.empty()) return;
+      os << ", " << n << "=[";
+      for (std::size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+      os << "]";
+    };
+    list("slot_weights", s.slot_weights);
+    list("slot_bias", s.slot_bias);
+    os << ", content_std=" << s.content_std << ", rmsnorm=" << (s.rmsnorm ? "true" : "false")
+       << ", rope=" << to_string(s.rope.anchor) << "/theta=" << s.rope.theta << "/dim=" << s.rope.rope_dim
+       << ", heads=" << s.heads;
+    list("head_offsets", s.head_offsets);
+    return os << "}";
+  }
+};
+
+}  // namespace kvphase::compress

@@ -1,0 +1,232 @@
+#pragma once
+/// \file core/simd.hpp
+/// The SIMD shim over xsimd 8.1. Every kernel is templated on an `Arch`: an xsimd architecture
+/// tag (default: xsimd::default_arch, i.e. the best the compiler flags allow) or
+/// kvphase::simd::scalar, which selects the plain-loop reference through the same call shape.
+///
+/// xsimd 8.1 differences are kept here and nowhere else: horizontal sum is xsimd::hadd (9.0
+/// renamed it reduce_add); there is no reduce_max, so hmax stores and reduces in scalar code.
+///
+/// Kernels are noexcept and check nothing: callers validate shapes once per call.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::simd {
+
+/// Tag selecting the scalar reference path of every kernel.
+struct scalar {
+  static constexpr const char* name() noexcept { return "scalar"; }
+  static constexpr std::size_t alignment() noexcept { return alignof(double); }
+};
+
+template <class Arch>
+inline constexpr bool is_scalar_v = std::is_same_v<Arch, scalar>;
+
+using default_arch = xsimd::default_arch;
+
+/// Name of an arch tag ("scalar", "sse2", "fma3+avx2", "avx512bw", ...).
+template <class Arch>
+constexpr const char* arch_name() noexcept {
+  return Arch::name();
+}
+
+/// Calls f(Arch{}) for the scalar reference and for every x86 path this translation unit was
+/// compiled to support (sse2, fma3<avx2>, avx512bw where the flags allow). Tests use it to run
+/// every kernel on every compiled path.
+template <class F>
+void for_each_arch(F&& f) {
+  f(scalar{});
+#if XSIMD_WITH_SSE2
+  if constexpr (xsimd::sse2::supported()) f(xsimd::sse2{});
+#endif
+#if XSIMD_WITH_FMA3_AVX2
+  if constexpr (xsimd::fma3<xsimd::avx2>::supported()) f(xsimd::fma3<xsimd::avx2>{});
+#endif
+#if XSIMD_WITH_AVX512BW
+  if constexpr (xsimd::avx512bw::supported()) f(xsimd::avx512bw{});
+#endif
+}
+
+/// Number of Real lanes of Arch (1 for scalar).
+template <class Real, class Arch>
+constexpr index_t lanes() noexcept {
+  if constexpr (is_scalar_v<Arch>) {
+    return 1;
+  } else {
+    return static_cast<index_t>(xsimd::batch<Real, Arch>::size);
+  }
+}
+
+// ---- batch-level helpers -------------------------------------------------------------------------
+
+/// Horizontal sum of a batch.
+template <class Real, class Arch>
+inline Real hsum(const xsimd::batch<Real, Arch>& b) noexcept {
+  return xsimd::hadd(b);
+}
+
+/// Horizontal max of a batch (xsimd 8.1 has no reduce_max).
+template <class Real, class Arch>
+inline Real hmax(const xsimd::batch<Real, Arch>& b) noexcept {
+  alignas(64) std::array<Real, xsimd::batch<Real, Arch>::size> tmp;
+  b.store_aligned(tmp.data());
+  Real m = tmp[0];
+  for (std::size_t i = 1; i < tmp.size(); ++i) m = std::max(m, tmp[i]);
+  return m;
+}
+
+// ---- vector kernels --------------------------------------------------------------------------------
+
+/// Σ_i a[i]·b[i] over n elements. SIMD paths use four accumulators, then a scalar tail.
+template <class Real, class Arch = default_arch>
+inline Real dot(const Real* a, const Real* b, index_t n) noexcept {
+  if constexpr (is_scalar_v<Arch>) {
+    Real s = 0;
+    for (index_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+  } else {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
+    index_t i = 0;
+    for (; i + 4 * L <= n; i += 4 * L) {
+      s0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+      s1 = xsimd::fma(B::load_unaligned(a + i + L), B::load_unaligned(b + i + L), s1);
+      s2 = xsimd::fma(B::load_unaligned(a + i + 2 * L), B::load_unaligned(b + i + 2 * L), s2);
+      s3 = xsimd::fma(B::load_unaligned(a + i + 3 * L), B::load_unaligned(b + i + 3 * L), s3);
+    }
+    for (; i + L <= n; i += L) s0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+    Real s = hsum((s0 + s1) + (s2 + s3));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+  }
+}
+
+/// y[i] += alpha·x[i] over n elements.
+template <class Real, class Arch = default_arch>
+inline void axpy(Real alpha, const Real* x, Real* y, index_t n) noexcept {
+  index_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B va(alpha);
+    for (; i + L <= n; i += L) {
+      xsimd::fma(va, B::load_unaligned(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
+    }
+  }
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+/// y[i] *= alpha over n elements.
+template <class Real, class Arch = default_arch>
+inline void scale(Real alpha, Real* y, index_t n) noexcept {
+  index_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B va(alpha);
+    for (; i + L <= n; i += L) (va * B::load_unaligned(y + i)).store_unaligned(y + i);
+  }
+  for (; i < n; ++i) y[i] *= alpha;
+}
+
+/// y[i] = max(y[i], x[i]) over n elements.
+template <class Real, class Arch = default_arch>
+inline void max_inplace(const Real* x, Real* y, index_t n) noexcept {
+  index_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    for (; i + L <= n; i += L) {
+      xsimd::max(B::load_unaligned(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
+    }
+  }
+  for (; i < n; ++i) y[i] = std::max(y[i], x[i]);
+}
+
+/// Σ_i x[i].
+template <class Real, class Arch = default_arch>
+inline Real sum(const Real* x, index_t n) noexcept {
+  if constexpr (is_scalar_v<Arch>) {
+    Real s = 0;
+    for (index_t i = 0; i < n; ++i) s += x[i];
+    return s;
+  } else {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    B s0(Real(0)), s1(Real(0));
+    index_t i = 0;
+    for (; i + 2 * L <= n; i += 2 * L) {
+      s0 += B::load_unaligned(x + i);
+      s1 += B::load_unaligned(x + i + L);
+    }
+    for (; i + L <= n; i += L) s0 += B::load_unaligned(x + i);
+    Real s = hsum(s0 + s1);
+    for (; i < n; ++i) s += x[i];
+    return s;
+  }
+}
+
+/// max_i x[i]; returns -infinity for n = 0.
+template <class Real, class Arch = default_arch>
+inline Real max_value(const Real* x, index_t n) noexcept {
+  Real m = -std::numeric_limits<Real>::infinity();
+  index_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    if (n >= L) {
+      B vm = B::load_unaligned(x);
+      for (i = L; i + L <= n; i += L) vm = xsimd::max(vm, B::load_unaligned(x + i));
+      m = hmax(vm);
+    }
+  }
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+/// x[i] = exp(x[i] − shift) in place; returns Σ_i of the new values. exp of −∞ is exactly 0.
+/// This is the softmax inner step: with shift = max_i x[i] no term overflows.
+template <class Real, class Arch = default_arch>
+inline Real exp_shift_sum(Real* x, Real shift, index_t n) noexcept {
+  Real s = 0;
+  index_t i = 0;
+  if constexpr (!is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B vs(shift);
+    B acc(Real(0));
+    for (; i + L <= n; i += L) {
+      B e = xsimd::exp(B::load_unaligned(x + i) - vs);
+      e.store_unaligned(x + i);
+      acc += e;
+    }
+    s = hsum(acc);
+  }
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    s += x[i];
+  }
+  return s;
+}
+
+/// Numerically stable softmax in place over n ≥ 1 elements (entries of −∞ get weight 0; at
+/// least one must be finite). Returns log Σ exp(x) of the input.
+template <class Real, class Arch = default_arch>
+inline Real softmax_inplace(Real* x, index_t n) noexcept {
+  const Real m = max_value<Real, Arch>(x, n);
+  const Real s = exp_shift_sum<Real, Arch>(x, m, n);
+  scale<Real, Arch>(Real(1) / s, x, n);
+  return m + std::log(s);
+}
+
+}  // namespace kvphase::simd

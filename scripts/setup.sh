@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package kvphase needs that is not installed yet.
+# Idempotent: runs `apt-get update` once, and only when something is missing.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ git ca-certificates pkg-config
+  libeigen3-dev libxsimd-dev xtl-dev libboost-dev libboost-math-dev
+  catch2 libbenchmark-dev librandom123-dev libcli11-dev nlohmann-json3-dev
+  libomp-dev python3 python3-matplotlib python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

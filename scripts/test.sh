@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine if needed, builds kvphase, and runs every test:
+#   1. release build (-O3 -march=native): unit tests, header checks, consumer projects,
+#      example runs and benchmark smoke runs;
+#   2. address + undefined sanitizer build of the tests.
+# Options: KVPHASE_SKIP_ASAN=1 skips step 2; KVPHASE_WITH_SLOW=1 also runs tests labelled slow.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+scripts/setup.sh
+
+label_args=(-LE slow)
+if [ "${KVPHASE_WITH_SLOW:-0}" = "1" ]; then label_args=(); fi
+
+echo "== release build =="
+scripts/build.sh build/release
+echo "== release tests =="
+ctest --test-dir build/release --output-on-failure -j "$(nproc)" "${label_args[@]}"
+
+if [ "${KVPHASE_SKIP_ASAN:-0}" != "1" ]; then
+  echo "== address+undefined sanitizer build =="
+  scripts/build.sh build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVPHASE_SANITIZE=address,undefined \
+    -DKVPHASE_BUILD_BENCHMARKS=OFF -DKVPHASE_BUILD_EXAMPLES=OFF -DKVPHASE_HEADER_CHECK=OFF
+  echo "== sanitizer tests =="
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/asan --output-on-failure -j "$(nproc)" -LE "slow|consumer"
+fi
+echo "== all tests passed =="
