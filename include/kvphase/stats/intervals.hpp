@@ -1,0 +1,149 @@
+#pragma once
+/// \file stats/intervals.hpp
+/// Binomial confidence intervals for a recall estimate k/n: Wilson score (the default) and
+/// Clopper–Pearson ("exact", conservative), plus the input checks every stats function shares.
+///
+/// Conventions (all functions here):
+/// - hits k and trials n are 64-bit counts with 0 ≤ k ≤ n; anything else throws kvphase::error
+///   naming the parameter.
+/// - confidence is two-sided, strictly inside (0, 1) (e.g. 0.95).
+/// - n = 0 is allowed and defined: recall 0 and the uninformative interval [0, 1].
+/// - Intervals are clamped to [0, 1]; k = 0 gives low = 0 exactly and k = n gives high = 1
+///   exactly (both methods). Nothing returns NaN.
+///
+/// Wilson (1927): with z = Φ⁻¹(1 − α/2), p̂ = k/n,
+///   centre = (p̂ + z²/(2n)) / (1 + z²/n),  half = z/(1 + z²/n) · sqrt(p̂(1 − p̂)/n + z²/(4n²)).
+/// Clopper–Pearson (1934): low = B⁻¹(α/2; k, n − k + 1), high = B⁻¹(1 − α/2; k + 1, n − k), with
+///   B⁻¹ the beta quantile (Boost.Math), low = 0 when k = 0 and high = 1 when k = n.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iosfwd>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/math/distributions/beta.hpp>
+#include <boost/math/distributions/normal.hpp>
+
+#include "kvphase/core/error.hpp"
+
+namespace kvphase::stats {
+
+/// A two-sided interval [low, high] on a probability.
+struct interval {
+  double low = 0.0;
+  double high = 1.0;
+  friend bool operator==(const interval&, const interval&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const interval& ci) {
+  return os << '[' << ci.low << ", " << ci.high << ']';
+}
+
+/// Which binomial interval to compute.
+enum class interval_method { wilson, clopper_pearson };
+
+inline const char* to_string(interval_method m) noexcept {
+  return m == interval_method::wilson ? "wilson" : "clopper_pearson";
+}
+/// Parses "wilson" or "clopper_pearson" (also "clopper-pearson", "exact"); throws otherwise.
+inline interval_method parse_interval_method(std::string_view s) {
+  if (s == "wilson") return interval_method::wilson;
+  if (s == "clopper_pearson" || s == "clopper-pearson" || s == "exact")
+    return interval_method::clopper_pearson;
+  fail("interval_method", std::string(s), "must be wilson or clopper_pearson");
+}
+
+/// Throws unless 0 < confidence < 1.
+inline void require_confidence(double confidence, std::string_view parameter = "confidence") {
+  require(std::isfinite(confidence) && confidence > 0.0 && confidence < 1.0, parameter, confidence,
+          "must lie strictly between 0 and 1");
+}
+
+/// Throws unless 0 ≤ hits ≤ trials (names `hits_name` / `trials_name`).
+inline void require_counts(std::int64_t hits, std::int64_t trials, std::string_view hits_name = "hits",
+                           std::string_view trials_name = "trials") {
+  require(trials >= 0, trials_name, trials, "must be >= 0");
+  require(hits >= 0, hits_name, hits, "must be >= 0");
+  if (hits > trials) {
+    fail(hits_name, hits, "must be <= trials (" + std::string(trials_name) + " = " + std::to_string(trials) + ")");
+  }
+}
+
+/// Throws unless hits and trials have the same, non-zero length and every pair is valid.
+/// Names the offending element, e.g. "hits[3]".
+inline void require_group_counts(std::span<const std::int64_t> hits, std::span<const std::int64_t> trials) {
+  require(!trials.empty(), "trials.size()", trials.size(), "must be >= 1 (one entry per group)");
+  require(hits.size() == trials.size(), "hits.size()", hits.size(),
+          "must equal trials.size() = " + std::to_string(trials.size()));
+  for (std::size_t g = 0; g < trials.size(); ++g) {
+    if (hits[g] >= 0 && trials[g] >= 0 && hits[g] <= trials[g]) continue;
+    std::string hn = "hits[", tn = "trials[";
+    hn.append(std::to_string(g)).push_back(']');
+    tn.append(std::to_string(g)).push_back(']');
+    require_counts(hits[g], trials[g], hn, tn);
+  }
+}
+
+/// Point estimate k/n; 0 when n = 0 (defined, never NaN).
+inline double recall(std::int64_t hits, std::int64_t trials) {
+  require_counts(hits, trials);
+  return trials == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(trials);
+}
+
+/// Two-sided standard normal quantile z = Φ⁻¹(1 − (1 − confidence)/2).
+inline double two_sided_z(double confidence) {
+  require_confidence(confidence);
+  const boost::math::normal_distribution<double> nd;
+  return boost::math::quantile(boost::math::complement(nd, (1.0 - confidence) / 2.0));
+}
+
+/// Wilson score interval for hits/trials at the given two-sided confidence.
+inline interval wilson_interval(std::int64_t hits, std::int64_t trials, double confidence = 0.95) {
+  require_counts(hits, trials);
+  require_confidence(confidence);
+  if (trials == 0) return {0.0, 1.0};
+  const double z = two_sided_z(confidence);
+  const double n = static_cast<double>(trials);
+  const double p = static_cast<double>(hits) / n;
+  const double z2n = z * z / n;
+  const double centre = (p + z2n / 2.0) / (1.0 + z2n);
+  const double half = z / (1.0 + z2n) * std::sqrt(p * (1.0 - p) / n + z2n / (4.0 * n));
+  interval ci{std::max(0.0, centre - half), std::min(1.0, centre + half)};
+  if (hits == 0) ci.low = 0.0;
+  if (hits == trials) ci.high = 1.0;
+  return ci;
+}
+
+/// Clopper–Pearson interval for hits/trials at the given two-sided confidence.
+inline interval clopper_pearson_interval(std::int64_t hits, std::int64_t trials, double confidence = 0.95) {
+  require_counts(hits, trials);
+  require_confidence(confidence);
+  if (trials == 0) return {0.0, 1.0};
+  const double alpha = 1.0 - confidence;
+  const double k = static_cast<double>(hits);
+  const double n = static_cast<double>(trials);
+  interval ci{0.0, 1.0};
+  if (hits > 0) {
+    const boost::math::beta_distribution<double> b(k, n - k + 1.0);
+    ci.low = boost::math::quantile(b, alpha / 2.0);
+  }
+  if (hits < trials) {
+    const boost::math::beta_distribution<double> b(k + 1.0, n - k);
+    ci.high = boost::math::quantile(boost::math::complement(b, alpha / 2.0));
+  }
+  return ci;
+}
+
+/// The interval chosen by `method` (Wilson by default).
+inline interval binomial_interval(std::int64_t hits, std::int64_t trials, double confidence = 0.95,
+                                  interval_method method = interval_method::wilson) {
+  return method == interval_method::wilson ? wilson_interval(hits, trials, confidence)
+                                           : clopper_pearson_interval(hits, trials, confidence);
+}
+
+}  // namespace kvphase::stats
