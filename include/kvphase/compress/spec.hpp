@@ -85,6 +85,7 @@ struct operator_spec {
   index_t heads = 1;                 ///< compression heads (each may shift its grid)
   std::vector<index_t> head_offsets; ///< per-head origin offset added to grid.origin (empty = 0)
   std::string name;                  ///< preset name, for logs
+  bool separate_kv = false;          ///< keys and values pooled by separate compressors (own parameters)
 
   void validate() const {
     grid.validate();
@@ -188,6 +189,7 @@ struct operator_spec {
        << ", rope=" << to_string(s.rope.anchor) << "/theta=" << s.rope.theta << "/dim=" << s.rope.rope_dim
        << ", heads=" << s.heads;
     list("head_offsets", s.head_offsets);
+    if (s.separate_kv) os << ", separate_kv=true";
     return os << "}";
   }
 };

@@ -1,0 +1,10 @@
+#pragma once
+/// \file compress/compress.hpp
+/// Everything of the compression area: chunk grid, operator spec, pooling, post-processing and
+/// presets.
+
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/pool.hpp"
+#include "kvphase/compress/position.hpp"
+#include "kvphase/compress/presets.hpp"
+#include "kvphase/compress/spec.hpp"

@@ -1,0 +1,797 @@
+#pragma once
+/// \file compress/pool.hpp
+/// The chunked compressor: pools a token-major matrix X (N tokens × d channels) into one row per
+/// complete entry of an operator_spec's grid, then applies the spec's post-processing
+/// (RMSNorm, RoPE at the entry's anchor position).
+///
+/// Pool kinds (W window, S stride, entry e with source slots r = 0 … W−1, token t_r; slots before
+/// position 0 are masked: weight exactly 0, the others renormalised):
+///  - identity  (W = S = 1): out_e = x_{t_0}.
+///  - mean:        out_e = Σ_r x_{t_r} / (#unmasked slots).
+///  - max:         out_e[k] = max_r x_{t_r}[k].
+///  - weights:     out_e = Σ_r w_r x_{t_r}, w = spec.slot_weights renormalised over unmasked slots.
+///  - slot_gate:   α_r = softmax_r(b_r + u·x_{t_r} + U_r·x_{t_r}), out_e = Σ_r α_r p_{t_r};
+///                 b = spec.slot_bias (empty: 0), u = params.content_u (optional, shared),
+///                 U = params.slot_u (optional, W × d: one logit map per slot, as in the paper
+///                 reference), payload p_t = x_t · W_C when params.w_c is set, else x_t.
+///  - channel_gate (DeepSeek-V4 HCA): payload C = X·W_C (identity when empty), logits Z = X·W_Z
+///                 (zero when empty), bias B ∈ R^{W×c} (zero when empty); for every channel k
+///                 separately α_{r,k} = softmax_r(Z_{t_r,k} + B_{r,k}), out_e[k] = Σ_r α_{r,k} C_{t_r,k}.
+///  - two_stream (DeepSeek-V4 CSA, W = 2S): W_C, W_Z are d × 2c with stream a in columns
+///                 [0, c) and stream b in [c, 2c); B is S × 2c laid out the same way. Slots
+///                 r < S (previous stride block) use stream a with bias row r, slots r ≥ S (the
+///                 entry's own block) use stream b with bias row r − S; i.e. the bias row is the
+///                 token's slot in its own block. One channel-wise softmax over the 2S slots.
+///                 Entry 0's a-half precedes position 0 and is masked (with the default origin).
+///  - mlp (NSA):   f = concat_r (x_{t_r} + P_r) over the W slots (masked slots: all zero),
+///                 h = act(W1ᵀ f + b1), out_e = W2ᵀ h + b2; W1 is (W·d) × H, W2 is H × c.
+///
+/// Parallel runs split entries statically over OpenMP threads; every output row is computed by
+/// one thread in a fixed order, so results are bitwise identical for any thread count.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/position.hpp"
+#include "kvphase/compress/spec.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
+#include "kvphase/core/simd.hpp"
+#include "kvphase/core/types.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#define KVPHASE_HAVE_STREAM_STORES 1
+#else
+#define KVPHASE_HAVE_STREAM_STORES 0
+#endif
+
+namespace kvphase::compress {
+
+/// Activation of the MLP compressor's hidden layer.
+enum class mlp_activation { relu, gelu };
+
+inline const char* to_string(mlp_activation a) noexcept { return a == mlp_activation::relu ? "relu" : "gelu"; }
+
+/// Learned parameters of one compression head. Every field is optional unless the pool kind
+/// needs it; empty fields mean "absent" as documented per field. Shapes are checked by
+/// validate(spec, d). Row-major throughout (projection W is d × c: out = x · W).
+template <class Real>
+struct pool_params {
+  // -- slot_gate ------------------------------------------------------------------------------
+  vector_t<Real> content_u;    ///< d: shared content logit z_t = u·x_t (empty: none)
+  matrix_t<Real> slot_u;       ///< W × d: per-slot logit maps z_{t,r} = U_r·x_t (empty: none)
+  // -- slot_gate (payload only), channel_gate, two_stream --------------------------------------
+  matrix_t<Real> w_c;          ///< payload projection d × c (two_stream d × 2c, [a | b]); empty: identity
+  matrix_t<Real> w_z;          ///< gate-logit projection d × c (two_stream d × 2c); empty: zero logits
+  matrix_t<Real> slot_bias_c;  ///< per-slot per-channel bias W × c (two_stream S × 2c); empty: zero
+  // -- mlp ------------------------------------------------------------------------------------
+  matrix_t<Real> mlp_pos;      ///< W × d intra-block position encoding added to slot r (empty: none)
+  matrix_t<Real> mlp_w1;       ///< (W·d) × H
+  vector_t<Real> mlp_b1;       ///< H (empty: zero)
+  matrix_t<Real> mlp_w2;       ///< H × c
+  vector_t<Real> mlp_b2;       ///< c (empty: zero)
+  mlp_activation activation = mlp_activation::gelu;
+  // -- post-processing ------------------------------------------------------------------------
+  vector_t<Real> rms_weight;   ///< c: RMSNorm weight (needs spec.rmsnorm; empty: no weight)
+
+  /// Output channels c for input width d (assumes shapes valid).
+  [[nodiscard]] index_t output_dim(const operator_spec& spec, index_t d) const noexcept {
+    switch (spec.pool) {
+      case pool_kind::slot_gate:
+      case pool_kind::channel_gate: return w_c.size() ? w_c.cols() : d;
+      case pool_kind::two_stream: return w_c.size() ? w_c.cols() / 2 : d;
+      case pool_kind::mlp: return mlp_w2.cols();
+      default: return d;
+    }
+  }
+
+  /// Throws kvphase::error (naming the parameter) unless every field has the shape the spec's
+  /// pool kind needs for input width d, unused fields are empty, and all values are finite.
+  void validate(const operator_spec& spec, index_t d) const {
+    require(d >= 1, "d", d, "input width must be >= 1");
+    const index_t W = spec.grid.window, S = spec.grid.stride;
+    const pool_kind k = spec.pool;
+    auto unused = [&](bool empty, const char* name) {
+      require(empty, name, "(non-empty)", std::string("is not used by pool kind ") + to_string(k) + ": must be empty");
+    };
+    auto shape = [&](const auto& m, index_t r, index_t c, const std::string& name) {
+      require(m.rows() == r, name + ".rows()", m.rows(), "must be " + std::to_string(r));
+      require(m.cols() == c, name + ".cols()", m.cols(), "must be " + std::to_string(c));
+    };
+    auto length = [&](const auto& v, index_t n, const std::string& name) {
+      require(v.size() == n, name + ".size()", v.size(), "must be " + std::to_string(n));
+    };
+    const bool sg = k == pool_kind::slot_gate, cg = k == pool_kind::channel_gate,
+               ts = k == pool_kind::two_stream, ml = k == pool_kind::mlp;
+    if (!sg) {
+      unused(content_u.size() == 0, "params.content_u");
+      unused(slot_u.size() == 0, "params.slot_u");
+    }
+    if (!(sg || cg || ts)) unused(w_c.size() == 0, "params.w_c");
+    if (!(cg || ts)) {
+      unused(w_z.size() == 0, "params.w_z");
+      unused(slot_bias_c.size() == 0, "params.slot_bias_c");
+    }
+    if (!ml) {
+      unused(mlp_pos.size() == 0, "params.mlp_pos");
+      unused(mlp_w1.size() == 0, "params.mlp_w1");
+      unused(mlp_b1.size() == 0, "params.mlp_b1");
+      unused(mlp_w2.size() == 0, "params.mlp_w2");
+      unused(mlp_b2.size() == 0, "params.mlp_b2");
+    }
+    if (sg) {
+      if (content_u.size()) length(content_u, d, "params.content_u");
+      if (slot_u.size()) shape(slot_u, W, d, "params.slot_u");
+      if (w_c.size()) require(w_c.rows() == d, "params.w_c.rows()", w_c.rows(), "must be d = " + std::to_string(d));
+    }
+    if (cg || ts) {
+      const index_t f = ts ? 2 : 1;
+      if (w_c.size()) {
+        require(w_c.rows() == d, "params.w_c.rows()", w_c.rows(), "must be d = " + std::to_string(d));
+        if (ts) require(w_c.cols() % 2 == 0, "params.w_c.cols()", w_c.cols(), "two_stream needs 2c columns ([a | b])");
+      }
+      const index_t c = output_dim(spec, d);
+      if (w_z.size()) shape(w_z, d, f * c, "params.w_z");
+      if (slot_bias_c.size()) shape(slot_bias_c, ts ? S : W, f * c, "params.slot_bias_c");
+    }
+    if (ml) {
+      require(mlp_w1.size() != 0, "params.mlp_w1", "(empty)", "the mlp pool needs W1 ((W·d) × H)");
+      require(mlp_w2.size() != 0, "params.mlp_w2", "(empty)", "the mlp pool needs W2 (H × c)");
+      require(mlp_w1.rows() == W * d, "params.mlp_w1.rows()", mlp_w1.rows(), "must be W·d = " + std::to_string(W * d));
+      const index_t H = mlp_w1.cols();
+      require(mlp_w2.rows() == H, "params.mlp_w2.rows()", mlp_w2.rows(), "must equal mlp_w1.cols() = " + std::to_string(H));
+      if (mlp_b1.size()) length(mlp_b1, H, "params.mlp_b1");
+      if (mlp_b2.size()) length(mlp_b2, mlp_w2.cols(), "params.mlp_b2");
+      if (mlp_pos.size()) shape(mlp_pos, W, d, "params.mlp_pos");
+    }
+    if (rms_weight.size()) {
+      require(spec.rmsnorm, "params.rms_weight", "(non-empty)", "needs spec.rmsnorm = true");
+      length(rms_weight, output_dim(spec, d), "params.rms_weight");
+    }
+    auto finite = [](const auto& m, const char* name) {
+      require_finite(std::span<const Real>(m.data(), static_cast<std::size_t>(m.size())), name);
+    };
+    finite(content_u, "params.content_u");
+    finite(slot_u, "params.slot_u");
+    finite(w_c, "params.w_c");
+    finite(w_z, "params.w_z");
+    finite(slot_bias_c, "params.slot_bias_c");
+    finite(mlp_pos, "params.mlp_pos");
+    finite(mlp_w1, "params.mlp_w1");
+    finite(mlp_b1, "params.mlp_b1");
+    finite(mlp_w2, "params.mlp_w2");
+    finite(mlp_b2, "params.mlp_b2");
+    finite(rms_weight, "params.rms_weight");
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const pool_params& p) {
+    auto sh = [&](const char* n, const auto& m) {
+      if (m.size()) os << " " << n << "=" << m.rows() << "x" << m.cols();
+    };
+    os << "pool_params{";
+    sh("content_u", p.content_u);
+    sh("slot_u", p.slot_u);
+    sh("w_c", p.w_c);
+    sh("w_z", p.w_z);
+    sh("slot_bias_c", p.slot_bias_c);
+    sh("mlp_pos", p.mlp_pos);
+    sh("mlp_w1", p.mlp_w1);
+    sh("mlp_b1", p.mlp_b1);
+    sh("mlp_w2", p.mlp_w2);
+    sh("mlp_b2", p.mlp_b2);
+    sh("rms_weight", p.rms_weight);
+    return os << " activation=" << to_string(p.activation) << " }";
+  }
+};
+
+/// Output channels of the compressor for input width d.
+template <class Real>
+[[nodiscard]] index_t output_dim(const operator_spec& spec, const pool_params<Real>& p, index_t d) noexcept {
+  return p.output_dim(spec, d);
+}
+
+// ---- parameter factories -------------------------------------------------------------------------
+
+/// How make_params draws parameters. Every tensor comes from its own counter-based stream keyed
+/// by (seed, tensor name, head), so a head's parameters never depend on another's.
+struct param_init {
+  std::uint64_t seed = 0;
+  bool project_payload = false;  ///< slot_gate/channel_gate/two_stream: draw W_C (else identity payload)
+  index_t out_dim = 0;           ///< c when projecting (0: c = d)
+  double bias_std = 0.0;         ///< std of slot_bias_c entries (0: zero bias of the right shape)
+  bool per_slot_logits = false;  ///< slot_gate: per-slot logit maps U (W × d) instead of one shared u
+  index_t mlp_hidden = 0;        ///< H (0: 2·c)
+  double pos_std = 0.1;          ///< std of the MLP's intra-block position encoding
+  mlp_activation activation = mlp_activation::gelu;
+  bool rms_weight = false;       ///< draw an RMSNorm weight 1 + 0.1·N(0,1) (needs spec.rmsnorm)
+
+  void validate() const {
+    require(out_dim >= 0, "init.out_dim", out_dim, "must be >= 0");
+    require(project_payload || out_dim == 0, "init.out_dim", out_dim, "needs project_payload = true");
+    require(bias_std >= 0.0 && std::isfinite(bias_std), "init.bias_std", bias_std, "must be finite and >= 0");
+    require(mlp_hidden >= 0, "init.mlp_hidden", mlp_hidden, "must be >= 0");
+    require(pos_std >= 0.0 && std::isfinite(pos_std), "init.pos_std", pos_std, "must be finite and >= 0");
+  }
+  friend std::ostream& operator<<(std::ostream& os, const param_init& i) {
+    return os << "param_init{seed=" << i.seed << ", project_payload=" << i.project_payload
+              << ", out_dim=" << i.out_dim << ", bias_std=" << i.bias_std
+              << ", per_slot_logits=" << i.per_slot_logits << ", mlp_hidden=" << i.mlp_hidden
+              << ", pos_std=" << i.pos_std << ", activation=" << to_string(i.activation)
+              << ", rms_weight=" << i.rms_weight << "}";
+  }
+};
+
+namespace detail {
+/// Fills m (row-major order) with mean + std·N(0,1) from the stream of (seed, name, head).
+template <class Real, class M>
+void fill_normal(M& m, std::uint64_t seed, const char* name, index_t head, double std, double mean = 0.0) {
+  rng::philox_stream s(seed, rng::combine(rng::hash_text(name), static_cast<std::uint64_t>(head)));
+  Real* p = m.data();
+  for (index_t i = 0; i < m.size(); ++i) p[i] = static_cast<Real>(mean + std * s.normal());
+}
+}  // namespace detail
+
+/// Parameters of the right shapes for `spec` and input width d, drawn from counter-based
+/// streams: projections N(0, 1/d) (W_C) and N(0, τ²/d) for the logit maps (τ = spec.content_std,
+/// so u·x has std τ for unit-variance x; no logit map when τ = 0), slot biases N(0, bias_std²)
+/// (zeros of the right shape when bias_std = 0), MLP weights N(0, 1/fan_in) with zero biases.
+template <class Real>
+[[nodiscard]] pool_params<Real> make_params(const operator_spec& spec, index_t d, const param_init& init = {},
+                                            index_t head = 0) {
+  spec.validate();
+  init.validate();
+  require(d >= 1, "d", d, "input width must be >= 1");
+  require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads)");
+  const index_t W = spec.grid.window, S = spec.grid.stride;
+  const double tau = spec.content_std;
+  const double sd = 1.0 / std::sqrt(static_cast<double>(d));
+  const std::uint64_t seed = init.seed;
+  pool_params<Real> p;
+  p.activation = init.activation;
+  const index_t c = init.out_dim > 0 ? init.out_dim : d;
+  switch (spec.pool) {
+    case pool_kind::slot_gate:
+      if (tau > 0) {
+        if (init.per_slot_logits) {
+          p.slot_u.resize(W, d);
+          detail::fill_normal<Real>(p.slot_u, seed, "slot_u", head, tau * sd);
+        } else {
+          p.content_u.resize(d);
+          detail::fill_normal<Real>(p.content_u, seed, "content_u", head, tau * sd);
+        }
+      }
+      if (init.project_payload) {
+        p.w_c.resize(d, c);
+        detail::fill_normal<Real>(p.w_c, seed, "w_c", head, sd);
+      }
+      break;
+    case pool_kind::channel_gate:
+    case pool_kind::two_stream: {
+      const index_t f = spec.pool == pool_kind::two_stream ? 2 : 1;
+      if (init.project_payload) {
+        p.w_c.resize(d, f * c);
+        detail::fill_normal<Real>(p.w_c, seed, "w_c", head, sd);
+      }
+      const index_t cc = init.project_payload ? c : d;
+      if (tau > 0) {
+        p.w_z.resize(d, f * cc);
+        detail::fill_normal<Real>(p.w_z, seed, "w_z", head, tau * sd);
+      }
+      p.slot_bias_c.setZero(f == 2 ? S : W, f * cc);
+      if (init.bias_std > 0) detail::fill_normal<Real>(p.slot_bias_c, seed, "slot_bias_c", head, init.bias_std);
+      break;
+    }
+    case pool_kind::mlp: {
+      require(init.project_payload || init.out_dim == 0, "init.out_dim", init.out_dim, "needs project_payload");
+      const index_t H = init.mlp_hidden > 0 ? init.mlp_hidden : 2 * c;
+      p.mlp_pos.resize(W, d);
+      detail::fill_normal<Real>(p.mlp_pos, seed, "mlp_pos", head, init.pos_std);
+      p.mlp_w1.resize(W * d, H);
+      detail::fill_normal<Real>(p.mlp_w1, seed, "mlp_w1", head, 1.0 / std::sqrt(static_cast<double>(W * d)));
+      p.mlp_b1.setZero(H);
+      p.mlp_w2.resize(H, c);
+      detail::fill_normal<Real>(p.mlp_w2, seed, "mlp_w2", head, 1.0 / std::sqrt(static_cast<double>(H)));
+      p.mlp_b2.setZero(c);
+      break;
+    }
+    default:
+      require(!init.project_payload, "init.project_payload", true,
+              std::string("pool kind ") + to_string(spec.pool) + " has no payload projection");
+      break;
+  }
+  if (init.rms_weight) {
+    require(spec.rmsnorm, "init.rms_weight", true, "needs spec.rmsnorm = true");
+    p.rms_weight.resize(p.output_dim(spec, d));
+    detail::fill_normal<Real>(p.rms_weight, seed, "rms_weight", head, 0.1, 1.0);
+  }
+  p.validate(spec, d);
+  return p;
+}
+
+/// Parameters of every head (head h drawn with make_params(spec, d, init, h)).
+template <class Real>
+[[nodiscard]] std::vector<pool_params<Real>> make_head_params(const operator_spec& spec, index_t d,
+                                                              const param_init& init = {}) {
+  std::vector<pool_params<Real>> out;
+  out.reserve(static_cast<std::size_t>(spec.heads));
+  for (index_t h = 0; h < spec.heads; ++h) out.push_back(make_params<Real>(spec, d, init, h));
+  return out;
+}
+
+// ---- run options -----------------------------------------------------------------------------------
+
+/// How output rows are written.
+enum class store_mode {
+  automatic,  ///< non-temporal stores when the output is large (≥ 8 MiB) and aligned
+  normal,     ///< ordinary stores
+  streaming   ///< non-temporal stores whenever the output rows are 64-byte aligned
+};
+
+struct compress_options {
+  int threads = 0;                      ///< 0: OpenMP's default for inputs ≥ 1 MiB, else 1
+  store_mode stores = store_mode::automatic;
+  void validate() const { require(threads >= 0, "options.threads", threads, "must be >= 0"); }
+  friend std::ostream& operator<<(std::ostream& os, const compress_options& o) {
+    static const char* n[] = {"automatic", "normal", "streaming"};
+    return os << "compress_options{threads=" << o.threads << ", stores=" << n[static_cast<int>(o.stores)] << "}";
+  }
+};
+
+// ---- kernels -----------------------------------------------------------------------------------------
+
+namespace detail {
+
+/// Non-temporal store of one batch (dst aligned to the batch width).
+template <class Real, class Arch>
+inline void stream_store(Real* dst, const xsimd::batch<Real, Arch>& v) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+#if KVPHASE_HAVE_STREAM_STORES
+  if constexpr (sizeof(B) == 64) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Real, float>) _mm512_stream_ps(dst, v);
+    else _mm512_stream_pd(dst, v);
+    return;
+#endif
+  } else if constexpr (sizeof(B) == 32) {
+#if defined(__AVX__)
+    if constexpr (std::is_same_v<Real, float>) _mm256_stream_ps(dst, v);
+    else _mm256_stream_pd(dst, v);
+    return;
+#endif
+  } else if constexpr (sizeof(B) == 16) {
+    if constexpr (std::is_same_v<Real, float>) _mm_stream_ps(dst, v);
+    else _mm_stream_pd(dst, v);
+    return;
+  }
+#endif
+  v.store_aligned(dst);
+}
+
+inline void store_fence() noexcept {
+#if KVPHASE_HAVE_STREAM_STORES
+  _mm_sfence();
+#endif
+}
+
+/// out[0 … c) = Σ_{r < n} w[r] · rows[r·ld + 0 … c) (accumulated in slot order r = 0, 1, …; with
+/// FMA on SIMD paths). `rows` holds n rows of ≥ c values with stride ld. With `nt`, `out` must be
+/// aligned to the batch width and is written with non-temporal stores.
+/// This is the memory-bound inner loop of every linear pool and of the projections: per output
+/// block, up to 8 batch accumulators stay in registers and each source element costs one FMA.
+template <class Real, class Arch>
+inline void weighted_rows(const Real* rows, index_t ld, const Real* w, index_t n, index_t c, Real* out,
+                          bool nt = false) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    constexpr index_t U = 8;
+    for (; k + U * L <= c; k += U * L) {
+      B acc[U];
+      const B w0(w[0]);
+      for (index_t u = 0; u < U; ++u) acc[u] = w0 * B::load_unaligned(rows + k + u * L);
+      for (index_t r = 1; r < n; ++r) {
+        const Real* src = rows + r * ld + k;
+        const B wr(w[r]);
+        for (index_t u = 0; u < U; ++u) acc[u] = xsimd::fma(wr, B::load_unaligned(src + u * L), acc[u]);
+      }
+      if (nt) {
+        for (index_t u = 0; u < U; ++u) stream_store<Real, Arch>(out + k + u * L, acc[u]);
+      } else {
+        for (index_t u = 0; u < U; ++u) acc[u].store_unaligned(out + k + u * L);
+      }
+    }
+    for (; k + L <= c; k += L) {
+      B acc = B(w[0]) * B::load_unaligned(rows + k);
+      for (index_t r = 1; r < n; ++r) acc = xsimd::fma(B(w[r]), B::load_unaligned(rows + r * ld + k), acc);
+      if (nt) stream_store<Real, Arch>(out + k, acc);
+      else acc.store_unaligned(out + k);
+    }
+  }
+  for (; k < c; ++k) {
+    Real acc = w[0] * rows[k];
+    for (index_t r = 1; r < n; ++r) acc += w[r] * rows[r * ld + k];
+    out[k] = acc;
+  }
+}
+
+/// out[k] = max_{r < n} rows[r·ld + k].
+template <class Real, class Arch>
+inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* out) noexcept {
+  std::memcpy(out, rows, static_cast<std::size_t>(c) * sizeof(Real));
+  for (index_t r = 1; r < n; ++r) simd::max_inplace<Real, Arch>(rows + r * ld, out, c);
+}
+
+/// Channel-wise softmax pooling of one entry. For slot r (of n): payload pay[r][0 … c), logits
+/// z[r] (null: zero) plus bias b[r] (null: zero). For each channel k:
+/// out[k] = Σ_r exp(e_{r,k} − m_k) pay[r][k] / Σ_r exp(e_{r,k} − m_k), e = z + b, m_k = max_r e_{r,k}.
+/// `scratch` holds n·L values.
+template <class Real, class Arch>
+inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, const Real* const* b, index_t n,
+                                 index_t c, Real* out, Real* scratch) noexcept {
+  auto logit = [&](index_t r, index_t k) -> Real {
+    Real e = 0;
+    if (z[r]) e = z[r][k];
+    if (b[r]) e += b[r][k];
+    return e;
+  };
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    for (; k + L <= c; k += L) {
+      B m(-std::numeric_limits<Real>::infinity());
+      for (index_t r = 0; r < n; ++r) {
+        B e(Real(0));
+        if (z[r]) e = B::load_unaligned(z[r] + k);
+        if (b[r]) e += B::load_unaligned(b[r] + k);
+        e.store_unaligned(scratch + r * L);
+        m = xsimd::max(m, e);
+      }
+      B s(Real(0)), acc(Real(0));
+      for (index_t r = 0; r < n; ++r) {
+        const B p = xsimd::exp(B::load_unaligned(scratch + r * L) - m);
+        s += p;
+        acc = xsimd::fma(p, B::load_unaligned(pay[r] + k), acc);
+      }
+      (acc / s).store_unaligned(out + k);
+    }
+  }
+  for (; k < c; ++k) {
+    Real m = -std::numeric_limits<Real>::infinity();
+    for (index_t r = 0; r < n; ++r) m = std::max(m, logit(r, k));
+    Real s = 0, acc = 0;
+    for (index_t r = 0; r < n; ++r) {
+      const Real p = std::exp(logit(r, k) - m);
+      s += p;
+      acc += p * pay[r][k];
+    }
+    out[k] = acc / s;
+  }
+}
+
+inline double gelu(double v) noexcept { return 0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440)); }
+
+/// Resolved per-call state of the compressor for one head: everything the per-entry kernels need,
+/// computed once at the API boundary.
+template <class Real, class Arch>
+struct engine {
+  const operator_spec* spec = nullptr;
+  const pool_params<Real>* p = nullptr;
+  chunk_grid g;
+  index_t d = 0, c = 0, W = 0, S = 0;
+  std::vector<Real> w_full;        ///< linear pools: weights with no masked slot
+  bool linear = false;             ///< identity / mean / weights / slot_gate without content logits
+  bool post = false;               ///< RMSNorm or RoPE requested
+  rope_frequencies rope;
+  bool do_rope = false;
+  index_t scratch_size = 0;        ///< Reals of per-thread scratch
+
+  engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
+      : spec(&s), p(&prm), g(s.head_grid(head)), d(d_), c(prm.output_dim(s, d_)), W(s.grid.window),
+        S(s.grid.stride) {
+    const pool_kind k = s.pool;
+    linear = k == pool_kind::identity || k == pool_kind::mean || k == pool_kind::weights ||
+             (k == pool_kind::slot_gate && prm.content_u.size() == 0 && prm.slot_u.size() == 0);
+    if (linear) {
+      const auto w = s.linear_slot_weights(0);
+      w_full.assign(w.begin(), w.end());
+    }
+    do_rope = s.rope.anchor != rope_anchor::none;
+    if (do_rope) rope = rope_frequencies(s.rope, c);
+    post = s.rmsnorm || do_rope;
+    constexpr index_t L = simd::lanes<Real, Arch>();
+    index_t sc = c;                                   // row buffer for post-processing
+    sc += W;                                          // slot weights / logits
+    if (k == pool_kind::channel_gate || k == pool_kind::two_stream) sc += W * L;
+    if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
+    scratch_size = sc + 64;
+  }
+
+  /// Payload / logit source row pointer for token position t of a window [pos0, …) of rows.
+  struct rows_t {
+    const Real* x;    ///< input rows (position pos0 at row 0)
+    index_t ldx;
+    const Real* pay;  ///< payload rows (x or the projection X·W_C)
+    index_t ldp;
+    const Real* z;    ///< logit rows (null: none)
+    index_t ldz;
+    index_t pos0;
+  };
+
+  /// Computes entry e into `dst` (c values); with nt, dst is aligned and written with
+  /// non-temporal stores when no post-processing follows.
+  void entry(const rows_t& R, index_t e, Real* dst, bool nt, Real* scratch, const Real** ptrs) const noexcept {
+    const token_range src = g.sources(e);
+    const index_t m0 = std::max<index_t>(0, -src.first);  // masked leading slots
+    const index_t n = W - m0;
+    const index_t t0 = src.first + m0 - R.pos0;          // row of the first unmasked slot
+    Real* row = post ? scratch : dst;
+    const bool direct_nt = nt && !post;
+    Real* work = scratch + c;
+    switch (spec->pool) {
+      case pool_kind::identity:
+      case pool_kind::mean:
+      case pool_kind::weights:
+      case pool_kind::slot_gate: {
+        const Real* w = w_full.data() + m0;
+        if (linear && m0 > 0) {
+          const auto wd = spec->linear_slot_weights(m0);
+          for (index_t r = 0; r < n; ++r) work[r] = static_cast<Real>(wd[static_cast<std::size_t>(m0 + r)]);
+          w = work;
+        } else if (!linear) {
+          // scalar slot gate with content logits: α = softmax(b_r + u·x_t + U_r·x_t)
+          for (index_t r = 0; r < n; ++r) {
+            const Real* xt = R.x + (t0 + r) * R.ldx;
+            Real l = spec->slot_bias.empty() ? Real(0) : static_cast<Real>(spec->slot_bias[static_cast<std::size_t>(m0 + r)]);
+            if (p->content_u.size()) l += simd::dot<Real, Arch>(p->content_u.data(), xt, d);
+            if (p->slot_u.size()) l += simd::dot<Real, Arch>(p->slot_u.row(m0 + r).data(), xt, d);
+            work[r] = l;
+          }
+          simd::softmax_inplace<Real, Arch>(work, n);
+          w = work;
+        }
+        weighted_rows<Real, Arch>(R.pay + t0 * R.ldp, R.ldp, w, n, c, row, direct_nt);
+        break;
+      }
+      case pool_kind::max:
+        max_rows<Real, Arch>(R.x + t0 * R.ldx, R.ldx, n, c, row);
+        break;
+      case pool_kind::channel_gate:
+      case pool_kind::two_stream: {
+        const bool ts = spec->pool == pool_kind::two_stream;
+        Real* sbuf = work;
+        const Real** P = ptrs;
+        const Real** Z = ptrs + W;
+        const Real** Bp = ptrs + 2 * W;
+        const Real* bias = p->slot_bias_c.size() ? p->slot_bias_c.data() : nullptr;
+        const index_t ldb = p->slot_bias_c.cols();
+        for (index_t i = 0; i < n; ++i) {
+          const index_t r = m0 + i;
+          const index_t half = (ts && r >= S) ? c : 0;
+          const index_t t = t0 + i;
+          P[i] = R.pay + t * R.ldp + half;
+          Z[i] = R.z ? R.z + t * R.ldz + half : nullptr;
+          Bp[i] = bias ? bias + (ts ? (r % S) : r) * ldb + half : nullptr;
+        }
+        channel_softmax_pool<Real, Arch>(P, Z, Bp, n, c, row, sbuf);
+        break;
+      }
+      case pool_kind::mlp: {
+        const index_t H = p->mlp_w1.cols();
+        Real* f = work;            // W·d (only the unmasked part used)
+        Real* h = work + W * d;    // H
+        for (index_t i = 0; i < n; ++i) {
+          const Real* xt = R.x + (t0 + i) * R.ldx;
+          Real* fr = f + i * d;
+          if (p->mlp_pos.size()) {
+            const Real* pr = p->mlp_pos.row(m0 + i).data();
+            for (index_t k = 0; k < d; ++k) fr[k] = xt[k] + pr[k];
+          } else {
+            std::memcpy(fr, xt, static_cast<std::size_t>(d) * sizeof(Real));
+          }
+        }
+        weighted_rows<Real, Arch>(p->mlp_w1.data() + m0 * d * H, H, f, n * d, H, h);
+        for (index_t j = 0; j < H; ++j) {
+          double v = static_cast<double>(h[j]) + (p->mlp_b1.size() ? static_cast<double>(p->mlp_b1[j]) : 0.0);
+          v = p->activation == mlp_activation::relu ? std::max(0.0, v) : gelu(v);
+          h[j] = static_cast<Real>(v);
+        }
+        weighted_rows<Real, Arch>(p->mlp_w2.data(), c, h, H, c, row);
+        if (p->mlp_b2.size()) {
+          for (index_t k = 0; k < c; ++k) row[k] += p->mlp_b2[k];
+        }
+        break;
+      }
+    }
+    if (post) {
+      if (spec->rmsnorm) {
+        rms_norm_inplace<Real, Arch>(row, c, spec->rms_eps, p->rms_weight.size() ? p->rms_weight.data() : nullptr);
+      }
+      if (do_rope) apply_rope(row, anchor_position(g, e, spec->rope.anchor), rope);
+      copy_row(row, dst, nt);
+    }
+  }
+
+  void copy_row(const Real* src, Real* dst, bool nt) const noexcept {
+    index_t k = 0;
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      using B = xsimd::batch<Real, Arch>;
+      constexpr index_t L = B::size;
+      if (nt) {
+        for (; k + L <= c; k += L) stream_store<Real, Arch>(dst + k, B::load_unaligned(src + k));
+      }
+    }
+    for (; k < c; ++k) dst[k] = src[k];
+  }
+};
+
+/// Token projection rows[t] = x[t] · M for t in [0, n): out is n × M.cols().
+template <class Real, class Arch>
+inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const matrix_t<Real>& M, Real* out,
+                         int threads) noexcept {
+  const index_t cols = M.cols();
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#endif
+  for (index_t t = 0; t < n; ++t) weighted_rows<Real, Arch>(M.data(), cols, x + t * ldx, d, cols, out + t * cols);
+  (void)threads;
+}
+
+inline int resolve_threads(const compress_options& o, std::size_t input_bytes) noexcept {
+  if (o.threads > 0) return o.threads;
+#if defined(_OPENMP)
+  if (input_bytes >= (std::size_t(1) << 20) && !omp_in_parallel()) return omp_get_max_threads();
+#endif
+  (void)input_bytes;
+  return 1;
+}
+
+}  // namespace detail
+
+// ---- the API ---------------------------------------------------------------------------------------
+
+/// Compresses x (N × d, token-major) for head `head` of `spec` with that head's parameters `p`
+/// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head).
+/// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
+/// shape or non-finite, a head outside [0, heads), N too small for one complete entry, or an
+/// output of the wrong shape. Deterministic: bitwise identical for any thread count.
+template <class Real, class Arch = simd::default_arch>
+void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
+                   matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {}) {
+  static_assert(is_real_v<Real>, "Real must be float or double");
+  spec.validate();
+  opt.validate();
+  require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
+  const index_t N = x.rows(), d = x.cols();
+  require(d >= 1, "x.cols()", d, "input width must be >= 1");
+  p.validate(spec, d);
+  const chunk_grid g = spec.head_grid(head);
+  const index_t E = g.num_entries(N);
+  require(E >= 1, "x.rows()", N,
+          "too few tokens for one complete entry (the first entry ends at position " +
+              std::to_string(g.sources(0).last) + ")");
+  const index_t c = p.output_dim(spec, d);
+  require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
+  require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
+  if (spec.rope.anchor != rope_anchor::none) {
+    const index_t rd = spec.rope.rope_dim == 0 ? c : spec.rope.rope_dim;
+    require(rd <= c && rd % 2 == 0, "rope.rope_dim", spec.rope.rope_dim,
+            "rotated channels must be even and <= the output width " + std::to_string(c));
+  }
+
+  const int nt = detail::resolve_threads(opt, static_cast<std::size_t>(N * d) * sizeof(Real));
+  detail::engine<Real, Arch> eng(spec, p, d, head);
+
+  // Projections (token-wise, computed once per token).
+  std::vector<Real> pay_buf, z_buf;
+  typename detail::engine<Real, Arch>::rows_t R{x.data(), d, x.data(), d, nullptr, 0, 0};
+  const bool projected = p.w_c.size() && (spec.pool == pool_kind::slot_gate || spec.pool == pool_kind::channel_gate ||
+                                          spec.pool == pool_kind::two_stream);
+  if (projected) {
+    pay_buf.resize(static_cast<std::size_t>(N * p.w_c.cols()));
+    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_c, pay_buf.data(), nt);
+    R.pay = pay_buf.data();
+    R.ldp = p.w_c.cols();
+  } else if (spec.pool == pool_kind::two_stream) {
+    // identity payload for both streams: duplicate [x | x] so the b half sits at column offset c
+    pay_buf.resize(static_cast<std::size_t>(N * 2 * d));
+    for (index_t t = 0; t < N; ++t) {
+      std::memcpy(pay_buf.data() + t * 2 * d, x.data() + t * d, static_cast<std::size_t>(d) * sizeof(Real));
+      std::memcpy(pay_buf.data() + t * 2 * d + d, x.data() + t * d, static_cast<std::size_t>(d) * sizeof(Real));
+    }
+    R.pay = pay_buf.data();
+    R.ldp = 2 * d;
+  }
+  if (p.w_z.size()) {
+    z_buf.resize(static_cast<std::size_t>(N * p.w_z.cols()));
+    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_z, z_buf.data(), nt);
+    R.z = z_buf.data();
+    R.ldz = p.w_z.cols();
+  }
+
+  bool nt_store = false;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(out.data()) % 64 == 0) &&
+                         ((static_cast<std::size_t>(c) * sizeof(Real)) % 64 == 0);
+    const std::size_t out_bytes = static_cast<std::size_t>(E * c) * sizeof(Real);
+    nt_store = aligned && (opt.stores == store_mode::streaming ||
+                           (opt.stores == store_mode::automatic && out_bytes >= (std::size_t(8) << 20)));
+  }
+
+  std::vector<std::vector<Real>> scratch(static_cast<std::size_t>(nt));
+  std::vector<std::vector<const Real*>> ptrs(static_cast<std::size_t>(nt));
+  for (auto& s : scratch) s.resize(static_cast<std::size_t>(eng.scratch_size));
+  for (auto& s : ptrs) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
+  Real* o = out.data();
+  auto run = [&](int tid, int n_thr) {
+    const index_t e0 = E * tid / n_thr, e1 = E * (tid + 1) / n_thr;
+    Real* sc = scratch[static_cast<std::size_t>(tid)].data();
+    const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
+    for (index_t e = e0; e < e1; ++e) eng.entry(R, e, o + e * c, nt_store, sc, pt);
+    if (nt_store) detail::store_fence();
+  };
+#if defined(_OPENMP)
+  if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+    run(omp_get_thread_num(), omp_get_num_threads());
+    return;
+  }
+#endif
+  run(0, 1);
+}
+
+/// Allocating form: returns num_entries(N) × output_dim.
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
+                                      index_t head = 0, const compress_options& opt = {}) {
+  spec.validate();
+  require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
+  const index_t E = spec.head_grid(head).num_entries(x.rows());
+  require(E >= 1, "x.rows()", x.rows(), "too few tokens for one complete entry");
+  p.validate(spec, x.cols());
+  matrix_t<Real> out(E, p.output_dim(spec, x.cols()));
+  compress_into<Real, Arch>(spec, p, x, matrix_mut_view<Real>(out.data(), out.rows(), out.cols()), head, opt);
+  return out;
+}
+
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const pool_params<Real>& p, const matrix_t<Real>& x,
+                                      index_t head = 0, const compress_options& opt = {}) {
+  return compress<Real, Arch>(spec, p, matrix_view<Real>(x.data(), x.rows(), x.cols()), head, opt);
+}
+
+/// Parameter-free pools (identity, mean, max, weights, slot_gate without content logits).
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const matrix_t<Real>& x, index_t head = 0,
+                                      const compress_options& opt = {}) {
+  return compress<Real, Arch>(spec, pool_params<Real>{}, x, head, opt);
+}
+
+/// Every head: element h is compress(spec, params[h], x, h). params.size() must equal spec.heads.
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] std::vector<matrix_t<Real>> compress_heads(const operator_spec& spec,
+                                                         std::span<const pool_params<Real>> params,
+                                                         const matrix_t<Real>& x, const compress_options& opt = {}) {
+  spec.validate();
+  require(static_cast<index_t>(params.size()) == spec.heads, "params.size()", params.size(),
+          "must equal heads = " + std::to_string(spec.heads));
+  std::vector<matrix_t<Real>> out;
+  out.reserve(params.size());
+  for (index_t h = 0; h < spec.heads; ++h) out.push_back(compress<Real, Arch>(spec, params[static_cast<std::size_t>(h)], x, h, opt));
+  return out;
+}
+
+}  // namespace kvphase::compress

@@ -1,0 +1,128 @@
+#pragma once
+/// \file compress/position.hpp
+/// Post-processing of pooled entries, shared with the attention models for queries and keys:
+///  - RMSNorm: y = x / sqrt(mean(x²) + eps) ⊙ w (w optional: all ones when absent).
+///  - RoPE on the last rope_dim channels (rope_dim = 0: all), rotating ADJACENT pairs
+///    (channels 2k, 2k+1 of the rotated part) by angle position · θ^(−2k/rope_dim), as the
+///    DeepSeek-V4 reference does; channels before the rotated part are untouched.
+///  - anchor_position: the position a compressed entry is rotated at (start of its stride
+///    block as in DeepSeek-V4, end, centre).
+///
+/// Angles and the rotation are computed in double and rounded once to Real, so a rotation adds
+/// at most about one rounding per channel whatever the position.
+
+#include <cmath>
+#include <ostream>
+#include <vector>
+
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/spec.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/simd.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::compress {
+
+/// RMSNorm of one row in place: row[i] ← row[i] / sqrt(Σ row² / dim + eps) · weight[i].
+/// `weight` may be null (no weight). dim ≥ 1, eps > 0 (not checked: kernel).
+template <class Real, class Arch = simd::default_arch>
+inline void rms_norm_inplace(Real* row, index_t dim, double eps, const Real* weight = nullptr) noexcept {
+  const double ss = static_cast<double>(simd::dot<Real, Arch>(row, row, dim));
+  const Real inv = static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+  if (weight == nullptr) {
+    simd::scale<Real, Arch>(inv, row, dim);
+    return;
+  }
+  index_t i = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B vi(inv);
+    for (; i + L <= dim; i += L) {
+      (B::load_unaligned(row + i) * vi * B::load_unaligned(weight + i)).store_unaligned(row + i);
+    }
+  }
+  for (; i < dim; ++i) row[i] = row[i] * inv * weight[i];
+}
+
+/// Checked form: throws kvphase::error for dim < 1 or eps ≤ 0 / non-finite.
+template <class Real, class Arch = simd::default_arch>
+inline void rms_norm(Real* row, index_t dim, double eps, const Real* weight = nullptr) {
+  require(dim >= 1, "dim", dim, "must be >= 1");
+  require(eps > 0.0 && std::isfinite(eps), "eps", eps, "must be finite and > 0");
+  rms_norm_inplace<Real, Arch>(row, dim, eps, weight);
+}
+
+/// Inverse frequencies of a RoPE configuration for rows of `dim` channels: pair k of the
+/// rotated part (channels dim − R + 2k, dim − R + 2k + 1, R = rope_dim or dim when 0) turns by
+/// position · inv_freq[k], inv_freq[k] = θ^(−2k/R).
+struct rope_frequencies {
+  index_t dim = 0;         ///< channels of a row
+  index_t rotated = 0;     ///< R: rotated channels (the last R)
+  std::vector<double> inv_freq;
+
+  rope_frequencies() = default;
+  /// Throws kvphase::error for an invalid config or when R > dim or R is odd.
+  rope_frequencies(const rope_config& cfg, index_t dim_) : dim(dim_) {
+    require(dim_ >= 1, "dim", dim_, "must be >= 1");
+    cfg.validate(dim_);
+    rotated = cfg.rope_dim == 0 ? dim_ : cfg.rope_dim;
+    require(rotated % 2 == 0, "rope.rope_dim", rotated,
+            "rotated channel count must be even (rope_dim = 0 rotates all channels: dim must be even)");
+    inv_freq.resize(static_cast<std::size_t>(rotated / 2));
+    for (index_t k = 0; k < rotated / 2; ++k) {
+      inv_freq[static_cast<std::size_t>(k)] =
+          std::pow(cfg.theta, -2.0 * static_cast<double>(k) / static_cast<double>(rotated));
+    }
+  }
+};
+
+/// Rotates one row in place by RoPE at `position` (any real; negative = inverse rotation).
+template <class Real>
+inline void apply_rope(Real* row, double position, const rope_frequencies& f) noexcept {
+  Real* r = row + (f.dim - f.rotated);
+  const index_t pairs = f.rotated / 2;
+  for (index_t k = 0; k < pairs; ++k) {
+    const double a = position * f.inv_freq[static_cast<std::size_t>(k)];
+    const double c = std::cos(a), s = std::sin(a);
+    const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
+    r[2 * k] = static_cast<Real>(x0 * c - x1 * s);
+    r[2 * k + 1] = static_cast<Real>(x0 * s + x1 * c);
+  }
+}
+
+/// Convenience form: builds the frequencies (throws kvphase::error on a bad config). The
+/// anchor field of cfg is ignored here: the caller decides whether RoPE applies.
+template <class Real>
+inline void apply_rope(Real* row, index_t dim, double position, const rope_config& cfg) {
+  apply_rope(row, position, rope_frequencies(cfg, dim));
+}
+
+/// Rotates every row t of a token-major matrix at position first_position + t.
+template <class Real>
+inline void apply_rope_rows(matrix_t<Real>& m, double first_position, const rope_config& cfg) {
+  const rope_frequencies f(cfg, m.cols());
+  for (index_t t = 0; t < m.rows(); ++t) apply_rope(m.row(t).data(), first_position + static_cast<double>(t), f);
+}
+
+/// Position at which compressed entry e of grid g is rotated:
+///  - V4 convention: the entry's stride block is [b, b + S − 1] with b = last source − S + 1
+///    (DeepSeek-V4 and the paper reference rotate at b = i·S); start = b, end = b + S − 1,
+///    centre = b + (S − 1)/2.
+///  - NSA convention: the block is the whole source range [f, f + W − 1]: start = f,
+///    end = f + W − 1, centre = f + (W − 1)/2.
+///  - none: 0 (no rotation is applied for anchor none).
+inline double anchor_position(const chunk_grid& g, index_t e, rope_anchor a) noexcept {
+  const token_range r = g.sources(e);
+  const index_t first = g.convention == grid_convention::v4 ? r.last - g.stride + 1 : r.first;
+  const index_t last = r.last;
+  switch (a) {
+    case rope_anchor::none: return 0.0;
+    case rope_anchor::start: return static_cast<double>(first);
+    case rope_anchor::end: return static_cast<double>(last);
+    case rope_anchor::centre: return 0.5 * static_cast<double>(first + last);
+  }
+  return 0.0;
+}
+
+}  // namespace kvphase::compress
