@@ -1,0 +1,169 @@
+#pragma once
+/// \file stats/bootstrap.hpp
+/// Resampling building blocks shared by the bootstrap and permutation tests: exact binomial and
+/// hypergeometric draws by inversion of ONE uniform each (so every draw is a pure function of a
+/// counter-based stream position), percentiles, and the stream keying.
+///
+/// Inversion order: the support is visited from the mode outwards (mode, mode+1, mode−1,
+/// mode+2, …), subtracting probabilities from u until it is exhausted. Any fixed visiting order
+/// of the support gives an exact sampler; starting at the mode makes the cost O(standard
+/// deviation) instead of O(n). If rounding leaves u > 0 after all non-negligible mass has been
+/// visited (probability < 1e-15), the mode is returned.
+///
+/// Streams: replicate b of a resampling procedure identified by `tag` under `seed` reads
+/// rng::philox_stream(seed, rng::combine(tag, b)), so replicates are independent of each other,
+/// of thread count and of order.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <boost/math/special_functions/gamma.hpp>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
+
+namespace kvphase::stats {
+
+namespace detail {
+/// ln C(n, k) for 0 ≤ k ≤ n (thread-safe: Boost's lgamma, not the C library's).
+inline double log_choose(double n, double k) noexcept {
+  return boost::math::lgamma(n + 1.0) - boost::math::lgamma(k + 1.0) - boost::math::lgamma(n - k + 1.0);
+}
+
+/// Inversion from the mode outwards. pmf_mode = P(X = mode); ratio_up(x) = P(x+1)/P(x);
+/// ratio_down(x) = P(x−1)/P(x).
+template <class Up, class Down>
+std::int64_t invert_from_mode(double u, std::int64_t lo, std::int64_t hi, std::int64_t mode, double pmf_mode,
+                              Up ratio_up, Down ratio_down) noexcept {
+  u -= pmf_mode;
+  if (u <= 0.0) return mode;
+  std::int64_t up = mode, down = mode;
+  double p_up = pmf_mode, p_down = pmf_mode;
+  bool up_open = up < hi, down_open = down > lo;
+  while (up_open || down_open) {
+    if (up_open) {
+      p_up *= ratio_up(up);
+      ++up;
+      u -= p_up;
+      if (u <= 0.0) return up;
+      up_open = up < hi && p_up > 0.0;
+    }
+    if (down_open) {
+      p_down *= ratio_down(down);
+      --down;
+      u -= p_down;
+      if (u <= 0.0) return down;
+      down_open = down > lo && p_down > 0.0;
+    }
+  }
+  return mode;
+}
+}  // namespace detail
+
+/// ln k! for 0 ≤ k ≤ max_n from a table (each entry from Boost's lgamma, so no accumulated
+/// rounding), falling back to lgamma above the table. Tables larger than 2²² entries are not
+/// built (32 MiB); every value then comes from lgamma.
+class log_factorials {
+ public:
+  explicit log_factorials(std::int64_t max_n = 0) {
+    if (max_n >= 0 && max_n <= (std::int64_t{1} << 22)) {
+      table_.resize(static_cast<std::size_t>(max_n) + 1);
+      for (std::size_t k = 0; k < table_.size(); ++k) table_[k] = boost::math::lgamma(static_cast<double>(k) + 1.0);
+    }
+  }
+  [[nodiscard]] double operator()(std::int64_t k) const noexcept {
+    if (k >= 0 && static_cast<std::size_t>(k) < table_.size()) return table_[static_cast<std::size_t>(k)];
+    return boost::math::lgamma(static_cast<double>(k) + 1.0);
+  }
+
+ private:
+  std::vector<double> table_;
+};
+
+/// Exact Binomial(n, p) draw from one uniform u ∈ (0, 1). n ≥ 0, 0 ≤ p ≤ 1 (caller checks).
+inline std::int64_t binomial_from_uniform(std::int64_t n, double p, double u) noexcept {
+  if (n == 0 || p <= 0.0) return 0;
+  if (p >= 1.0) return n;
+  const double nd = static_cast<double>(n);
+  std::int64_t mode = static_cast<std::int64_t>(std::floor((nd + 1.0) * p));
+  mode = std::clamp<std::int64_t>(mode, 0, n);
+  const double md = static_cast<double>(mode);
+  const double log_pmf = detail::log_choose(nd, md) + md * std::log(p) + (nd - md) * std::log1p(-p);
+  const double odds = p / (1.0 - p);
+  return detail::invert_from_mode(
+      u, 0, n, mode, std::exp(log_pmf),
+      [&](std::int64_t x) { return (nd - static_cast<double>(x)) / (static_cast<double>(x) + 1.0) * odds; },
+      [&](std::int64_t x) { return static_cast<double>(x) / (nd - static_cast<double>(x) + 1.0) / odds; });
+}
+
+/// Exact hypergeometric draw from one uniform u ∈ (0, 1): the number of successes among `draws`
+/// items taken without replacement from `population` items of which `successes` are successes.
+/// Requires 0 ≤ successes ≤ population, 0 ≤ draws ≤ population (caller checks).
+inline std::int64_t hypergeometric_from_uniform(std::int64_t population, std::int64_t successes,
+                                                std::int64_t draws, double u,
+                                                const log_factorials& lf = log_factorials{}) noexcept {
+  const std::int64_t lo = std::max<std::int64_t>(0, draws - (population - successes));
+  const std::int64_t hi = std::min(draws, successes);
+  if (lo >= hi) return lo;
+  const double N = static_cast<double>(population), K = static_cast<double>(successes),
+               n = static_cast<double>(draws);
+  std::int64_t mode = static_cast<std::int64_t>(std::floor((n + 1.0) * (K + 1.0) / (N + 2.0)));
+  mode = std::clamp(mode, lo, hi);
+  const double log_pmf = lf(successes) - lf(mode) - lf(successes - mode) + lf(population - successes) -
+                         lf(draws - mode) - lf(population - successes - draws + mode) - lf(population) + lf(draws) +
+                         lf(population - draws);
+  return detail::invert_from_mode(
+      u, lo, hi, mode, std::exp(log_pmf),
+      [&](std::int64_t xi) {
+        const double x = static_cast<double>(xi);
+        return (K - x) * (n - x) / ((x + 1.0) * (N - K - n + x + 1.0));
+      },
+      [&](std::int64_t xi) {
+        const double x = static_cast<double>(xi);
+        return x * (N - K - n + x) / ((K - x + 1.0) * (n - x + 1.0));
+      });
+}
+
+/// Stream of replicate `replicate` of the resampling procedure `tag` under `seed`.
+inline rng::philox_stream replicate_stream(std::uint64_t seed, std::uint64_t tag, std::uint64_t replicate) noexcept {
+  return rng::philox_stream(seed, rng::combine(tag, replicate));
+}
+
+/// Stream tags of the resampling procedures (FNV-1a of their names).
+inline constexpr std::uint64_t gap_bootstrap_tag = rng::hash_text("kvphase.stats.gap_bootstrap");
+inline constexpr std::uint64_t permutation_tag = rng::hash_text("kvphase.stats.permutation");
+
+/// One permutation of trials' group labels, as counts: given group sizes `trials` and the
+/// pooled number of hits, draws how many hits land in each group (multivariate hypergeometric,
+/// sequentially by group). Writes `out` (same length as trials).
+/// `lf` should cover the total number of trials (log_factorials(Σ trials)) for speed.
+inline void permute_hits(std::span<const std::int64_t> trials, std::int64_t total_hits, rng::philox_stream& s,
+                         std::span<std::int64_t> out, const log_factorials& lf = log_factorials{}) noexcept {
+  std::int64_t pop = 0;
+  for (auto n : trials) pop += n;
+  std::int64_t left = total_hits;
+  for (std::size_t g = 0; g < trials.size(); ++g) {
+    const std::int64_t x = hypergeometric_from_uniform(pop, left, trials[g], s.uniform(), lf);
+    out[g] = x;
+    pop -= trials[g];
+    left -= x;
+  }
+}
+
+/// Percentile q ∈ [0, 1] of `values` by linear interpolation between order statistics
+/// (Hyndman–Fan type 7, R's default). Sorts a copy. Throws on empty input or q outside [0, 1].
+inline double percentile(std::vector<double> values, double q) {
+  require(!values.empty(), "values.size()", values.size(), "must be >= 1");
+  require(q >= 0.0 && q <= 1.0, "q", q, "must lie in [0, 1]");
+  std::sort(values.begin(), values.end());
+  const double h = q * static_cast<double>(values.size() - 1);
+  const std::size_t i = static_cast<std::size_t>(std::floor(h));
+  if (i + 1 >= values.size()) return values.back();
+  return values[i] + (h - static_cast<double>(i)) * (values[i + 1] - values[i]);
+}
+
+}  // namespace kvphase::stats
