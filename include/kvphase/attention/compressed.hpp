@@ -1,0 +1,215 @@
+#pragma once
+/// \file attention/compressed.hpp
+/// Compressed attention: a query at position t attends
+///   - the compressed entries visible to it (grid.visible(e, t), i.e. e < grid.num_visible(t)),
+///     all of them (HCA) or a per-query selected subset (CSA indexer top-k);
+///   - optionally the raw tokens of per-query selected blocks (NSA selection branch);
+///   - a raw sliding window of the last n_win tokens, max(0, t − n_win + 1) … t;
+/// combined in ONE joint softmax (DeepSeek-V4, the paper reference) or as separate branch
+/// attentions mixed by gates, o = g_cmp·o_cmp + g_slc·o_slc + g_win·o_win (NSA).
+///
+/// The compressed K/V are inputs (already pooled, normalised and rotated by compress/), so this
+/// header does not depend on the pooling code. For K = V (DeepSeek-V4 MQA) pass the same matrix
+/// as Kc and Vc (and as K and V).
+///
+/// Shapes:
+///   Q  [M × d]   queries, query i at absolute position pos[i]
+///   Kc [E × d]   compressed keys, row e = entry e of `grid`;  Vc [E × dv] compressed values
+///   K  [N × d]   raw keys of tokens 0 … N−1;                  V  [N × dv] raw values
+///   O  [M × dv]  outputs
+/// In joint mode a raw token reached both through a selected block and the window is attended
+/// once (the window wins). An empty attended set gives o = 0.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvphase/attention/full.hpp"
+#include "kvphase/attention/kernels.hpp"
+#include "kvphase/attention/select.hpp"
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/simd.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::attention {
+
+/// How the branches are combined.
+enum class combine_mode {
+  joint,  ///< one softmax over compressed ∪ selected ∪ window (DeepSeek-V4, paper reference)
+  gated   ///< one softmax per branch, outputs mixed by gates (NSA)
+};
+inline const char* to_string(combine_mode c) noexcept { return c == combine_mode::joint ? "joint" : "gated"; }
+
+/// Settings of one compressed-attention call.
+struct compressed_params {
+  index_t window = 128;       ///< n_win raw tokens ending at the query (0 = no window)
+  bool compressed = true;     ///< attend compressed entries (false: window-only layer)
+  combine_mode combine = combine_mode::joint;
+  index_t select_block = 64;  ///< token block size of NSA raw-block selection lists
+  double gate_cmp = 1.0;      ///< gated mode: constant gates used when no per-query gates are given
+  double gate_slc = 1.0;
+  double gate_win = 1.0;
+  attention_params attn{};    ///< scale, sink (applied in every softmax), block, threads
+
+  void validate() const {
+    attn.validate();
+    require(window >= 0, "window", window, "must be >= 0 (0 = no raw window)");
+    require(select_block >= 1, "select_block", select_block, "must be >= 1");
+    for (auto [name, g] : {std::pair{"gate_cmp", gate_cmp}, std::pair{"gate_slc", gate_slc},
+                           std::pair{"gate_win", gate_win}}) {
+      require(std::isfinite(g), name, g, "must be finite");
+    }
+  }
+  friend std::ostream& operator<<(std::ostream& os, const compressed_params& p) {
+    return os << "compressed_params{window=" << p.window << ", compressed=" << (p.compressed ? "true" : "false")
+              << ", combine=" << to_string(p.combine) << ", select_block=" << p.select_block
+              << ", gates=(" << p.gate_cmp << "," << p.gate_slc << "," << p.gate_win << "), " << p.attn << "}";
+  }
+};
+
+/// Optional per-query selections and gates.
+template <class Real>
+struct compressed_selection {
+  const index_lists* entries = nullptr;  ///< CSA: entries attended by query i (each visible); null = all visible
+  const index_lists* blocks = nullptr;   ///< NSA: raw token blocks of size select_block; null = none
+  std::span<const Real> gates{};         ///< gated mode: [M × 3] row-major (cmp, slc, win); empty = constants
+};
+
+/// Compressed attention (see the file comment). pos empty: query i at position N − M + i.
+template <class Real, class Arch = simd::default_arch>
+void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, const cref<Real>& Kc,
+                          const cref<Real>& Vc, const compress::chunk_grid& grid, const cref<Real>& K,
+                          const cref<Real>& V, const compressed_params& p, mref<Real> O,
+                          const compressed_selection<Real>& sel = {}) {
+  p.validate();
+  grid.validate();
+  const index_t M = Q.rows(), d = Q.cols(), N = K.rows(), E = Kc.rows(), dv = V.cols();
+  require(d >= 1, "Q.cols()", d, "must be >= 1");
+  require(K.cols() == d, "K.cols()", K.cols(), "must equal Q.cols() (" + std::to_string(d) + ")");
+  require(Kc.cols() == d, "Kc.cols()", Kc.cols(), "must equal Q.cols() (" + std::to_string(d) + ")");
+  require(V.rows() == N, "V.rows()", V.rows(), "must equal K.rows() (" + std::to_string(N) + ")");
+  require(Vc.rows() == E, "Vc.rows()", Vc.rows(), "must equal Kc.rows() (" + std::to_string(E) + ")");
+  require(dv >= 1, "V.cols()", dv, "must be >= 1");
+  require(Vc.cols() == dv, "Vc.cols()", Vc.cols(), "must equal V.cols() (" + std::to_string(dv) + ")");
+  require(O.rows() == M && O.cols() == dv, "O.rows()", O.rows(),
+          "O must be [Q.rows() × V.cols()] = [" + std::to_string(M) + " × " + std::to_string(dv) + "]");
+  std::vector<index_t> tpos(static_cast<std::size_t>(M));
+  if (pos.empty()) {
+    require(M <= N, "Q.rows()", M, "without positions, must be <= K.rows() (" + std::to_string(N) + ")");
+    for (index_t i = 0; i < M; ++i) tpos[static_cast<std::size_t>(i)] = N - M + i;
+  } else {
+    require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal Q.rows() or be 0");
+    std::copy(pos.begin(), pos.end(), tpos.begin());
+  }
+  for (index_t i = 0; i < M; ++i) {
+    const index_t t = tpos[static_cast<std::size_t>(i)];
+    require(t >= 0 && t < N, "pos[" + std::to_string(i) + "]", t, "must be in [0, K.rows() = " + std::to_string(N) + ")");
+    if (p.compressed && !sel.entries) {
+      require(grid.num_visible(t) <= E, "Kc.rows()", E,
+              "must cover the " + std::to_string(grid.num_visible(t)) + " entries visible at position " +
+                  std::to_string(t));
+    }
+  }
+  if (sel.entries) {
+    require(sel.entries->size() == M, "selection.entries.size()", sel.entries->size(), "must equal Q.rows()");
+    for (index_t i = 0; i < M; ++i) {
+      const index_t nv = std::min(grid.num_visible(tpos[static_cast<std::size_t>(i)]), E);
+      for (index_t e : sel.entries->of(i)) {
+        require(e >= 0 && e < nv, "selection.entries[" + std::to_string(i) + "]", e,
+                "must name an entry visible to the query (< " + std::to_string(nv) + ")");
+      }
+    }
+  }
+  if (sel.blocks) {
+    require(sel.blocks->size() == M, "selection.blocks.size()", sel.blocks->size(), "must equal Q.rows()");
+    for (index_t i = 0; i < M; ++i) {
+      const index_t t = tpos[static_cast<std::size_t>(i)];
+      for (index_t b : sel.blocks->of(i)) {
+        require(b >= 0 && b * p.select_block <= t, "selection.blocks[" + std::to_string(i) + "]", b,
+                "must be a block that starts at or before the query position " + std::to_string(t));
+      }
+    }
+  }
+  if (!sel.gates.empty()) {
+    require(static_cast<index_t>(sel.gates.size()) == 3 * M, "selection.gates.size()", sel.gates.size(),
+            "must be 3 * Q.rows() (cmp, slc, win per query)");
+    require_finite(sel.gates, "selection.gates");
+  }
+
+  const Real scale = p.attn.scale_for<Real>(d);
+  const Real sink = static_cast<Real>(p.attn.sink);
+  const int nt = detail::omp_threads(p.attn.threads);
+  const bool joint = p.combine == combine_mode::joint;
+
+#pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
+  {
+    online_softmax<Real, Arch> st(dv, p.attn.block);
+    std::vector<Real> tmp(static_cast<std::size_t>(dv));
+#pragma omp for schedule(static)
+    for (index_t i = 0; i < M; ++i) {
+      const index_t t = tpos[static_cast<std::size_t>(i)];
+      const Real* q = Q.data() + i * Q.outerStride();
+      Real* o = O.data() + i * O.outerStride();
+      const index_t ws = p.window > 0 ? std::max<index_t>(0, t - p.window + 1) : t + 1;
+      Real g[3] = {static_cast<Real>(p.gate_cmp), static_cast<Real>(p.gate_slc), static_cast<Real>(p.gate_win)};
+      if (!sel.gates.empty())
+        for (int c = 0; c < 3; ++c) g[c] = sel.gates[static_cast<std::size_t>(3 * i + c)];
+
+      auto branch_cmp = [&] {
+        if (!p.compressed) return;
+        if (sel.entries) {
+          const auto list = sel.entries->of(i);
+          st.add_indexed(q, Kc.data(), Kc.outerStride(), Vc.data(), Vc.outerStride(), list.data(),
+                         static_cast<index_t>(list.size()), d, scale);
+        } else {
+          st.add_rows(q, Kc.data(), Kc.outerStride(), Vc.data(), Vc.outerStride(), grid.num_visible(t), d, scale);
+        }
+      };
+      auto branch_slc = [&](index_t upper) {  // raw tokens of selected blocks, ≤ upper
+        if (!sel.blocks) return;
+        for (index_t b : sel.blocks->of(i)) {
+          const index_t lo = b * p.select_block, hi = std::min(upper, (b + 1) * p.select_block - 1);
+          if (hi >= lo)
+            st.add_rows(q, K.data() + lo * K.outerStride(), K.outerStride(), V.data() + lo * V.outerStride(),
+                        V.outerStride(), hi - lo + 1, d, scale);
+        }
+      };
+      auto branch_win = [&] {
+        if (ws <= t)
+          st.add_rows(q, K.data() + ws * K.outerStride(), K.outerStride(), V.data() + ws * V.outerStride(),
+                      V.outerStride(), t - ws + 1, d, scale);
+      };
+
+      if (joint) {
+        st.reset();
+        branch_cmp();
+        branch_slc(ws - 1);
+        branch_win();
+        st.finish(sink, o);
+      } else {
+        std::fill(o, o + dv, Real(0));
+        st.reset();
+        branch_cmp();
+        st.finish(sink, tmp.data());
+        simd::axpy<Real, Arch>(g[0], tmp.data(), o, dv);
+        if (sel.blocks) {
+          st.reset();
+          branch_slc(t);
+          st.finish(sink, tmp.data());
+          simd::axpy<Real, Arch>(g[1], tmp.data(), o, dv);
+        }
+        st.reset();
+        branch_win();
+        st.finish(sink, tmp.data());
+        simd::axpy<Real, Arch>(g[2], tmp.data(), o, dv);
+      }
+    }
+  }
+}
+
+}  // namespace kvphase::attention

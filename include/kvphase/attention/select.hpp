@@ -1,0 +1,278 @@
+#pragma once
+/// \file attention/select.hpp
+/// Selection of what a query attends, beyond "every visible entry" (HCA):
+///  - CSA: the lightning-indexer score I_i = Σ_h w_h · ReLU(scale·⟨q_h, K_i⟩) over the visible
+///    index keys, keep the top-k entries (DeepSeek-V4 §2.6 of reference/operators.md);
+///  - NSA: block importance from the compression-branch probabilities, mapped to selection
+///    blocks by token overlap (NSA eq. 9), top-n blocks with the initial and local blocks always
+///    included (NSA §3.1).
+///
+/// Tie-breaking rule, everywhere: among equal scores the LOWER index wins. Results are returned
+/// in increasing index order. This makes every selection a deterministic function of the scores.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvphase/attention/full.hpp"
+#include "kvphase/attention/kernels.hpp"
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/simd.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::attention {
+
+/// Per-query lists of indices in compressed-row form: query i owns
+/// indices[offsets[i] … offsets[i+1]).  offsets: [M + 1], offsets[0] = 0.
+struct index_lists {
+  std::vector<index_t> offsets{0};
+  std::vector<index_t> indices;
+
+  [[nodiscard]] index_t size() const noexcept { return static_cast<index_t>(offsets.size()) - 1; }
+  [[nodiscard]] std::span<const index_t> of(index_t i) const noexcept {
+    const auto b = static_cast<std::size_t>(offsets[static_cast<std::size_t>(i)]);
+    const auto e = static_cast<std::size_t>(offsets[static_cast<std::size_t>(i) + 1]);
+    return {indices.data() + b, e - b};
+  }
+  void push(std::span<const index_t> list) {
+    indices.insert(indices.end(), list.begin(), list.end());
+    offsets.push_back(static_cast<index_t>(indices.size()));
+  }
+};
+
+// ---- kernels -----------------------------------------------------------------------------------
+
+/// Lightning-indexer scores of one query over n index keys:
+///   out[i] = Σ_{h<H} w[h] · max(0, scale · ⟨qI[h], KI[i]⟩),  h summed in order.
+///   qI: [H × dI] row-major (row h = index head h); w: [H] head weights; KI: [n × ldk] (first dI
+///   channels); out: [n].
+template <class Real, class Arch = simd::default_arch>
+inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real* KI, index_t ldk,
+                           index_t n, index_t dI, Real scale, Real* out) noexcept {
+  for (index_t i = 0; i < n; ++i) {
+    Real s = 0;
+    for (index_t h = 0; h < H; ++h) {
+      const Real v = scale * simd::dot<Real, Arch>(qI + h * dI, KI + i * ldk, dI);
+      s += w[h] * std::max(v, Real(0));
+    }
+    out[i] = s;
+  }
+}
+
+/// Indices of the k largest of scores[0..n) (k clipped to n), ties broken by LOWER index,
+/// returned in increasing index order. scores must not contain NaN.  Returns the count.
+///   scores: [n]; out: [min(k, n)]; work: [n] scratch.
+template <class Real>
+inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* out, index_t* work) noexcept {
+  k = std::min(k, n);
+  if (k <= 0) return 0;
+  std::iota(work, work + n, index_t(0));
+  auto better = [scores](index_t a, index_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  if (k < n) std::nth_element(work, work + (k - 1), work + n, better);
+  std::sort(work, work + k);
+  std::copy(work, work + k, out);
+  return k;
+}
+
+/// Checked wrapper: the top-k indices of `scores` (no NaN allowed), increasing index order.
+template <class Real>
+std::vector<index_t> top_k(std::span<const Real> scores, index_t k) {
+  require(k >= 0, "k", k, "must be >= 0");
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    require(!std::isnan(scores[i]), "scores[" + std::to_string(i) + "]", scores[i], "must not be NaN");
+  }
+  const auto n = static_cast<index_t>(scores.size());
+  std::vector<index_t> work(scores.size()), out(static_cast<std::size_t>(std::min(k, n)));
+  top_k_indices(scores.data(), n, k, out.data(), work.data());
+  return out;
+}
+
+// ---- CSA: indexer top-k --------------------------------------------------------------------------
+
+/// Settings of the lightning indexer.
+struct indexer_params {
+  index_t heads = 4;    ///< H index heads
+  index_t top_k = 16;   ///< entries kept per query (clipped to the visible count)
+  double scale = 0.0;   ///< score scale; 0 = 1/√dI
+  void validate() const {
+    require(heads >= 1, "indexer.heads", heads, "must be >= 1");
+    require(top_k >= 1, "indexer.top_k", top_k, "must be >= 1");
+    require(std::isfinite(scale) && scale >= 0.0, "indexer.scale", scale, "must be finite and >= 0");
+  }
+  friend std::ostream& operator<<(std::ostream& os, const indexer_params& p) {
+    return os << "indexer_params{heads=" << p.heads << ", top_k=" << p.top_k << ", scale=" << p.scale << "}";
+  }
+};
+
+/// CSA selection for M queries: query i at position pos[i] scores the entries visible to it
+/// (0 … grid.num_visible(pos[i]) − 1) with the indexer and keeps the top-k.
+///   QI [M × H·dI] index queries (head h = columns h·dI …); W [M × H] head weights;
+///   KI [E × dI] compressed index keys (E ≥ entries visible to the last query); pos [M].
+template <class Real, class Arch = simd::default_arch>
+index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Real>& KI,
+                       const compress::chunk_grid& grid, std::span<const index_t> pos,
+                       const indexer_params& ip) {
+  ip.validate();
+  grid.validate();
+  const index_t M = QI.rows(), H = ip.heads, dI = KI.cols();
+  require(dI >= 1, "KI.cols()", dI, "must be >= 1");
+  require(QI.cols() == H * dI, "QI.cols()", QI.cols(),
+          "must equal indexer.heads * KI.cols() (" + std::to_string(H * dI) + ")");
+  require(W.rows() == M && W.cols() == H, "W.cols()", W.cols(),
+          "head weights must be [Q rows × indexer.heads] (" + std::to_string(M) + " × " + std::to_string(H) + ")");
+  require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal QI.rows()");
+  const Real scale = ip.scale > 0 ? static_cast<Real>(ip.scale) : default_scale<Real>(dI);
+  index_lists out;
+  out.offsets.reserve(static_cast<std::size_t>(M) + 1);
+  std::vector<Real> s;
+  std::vector<index_t> work, pick;
+  matrix_t<Real> qrow(H, dI);
+  std::vector<Real> wrow(static_cast<std::size_t>(H));
+  for (index_t i = 0; i < M; ++i) {
+    const index_t t = pos[static_cast<std::size_t>(i)];
+    require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
+    const index_t nv = grid.num_visible(t);
+    require(nv <= KI.rows(), "KI.rows()", KI.rows(),
+            "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
+    s.resize(static_cast<std::size_t>(nv));
+    work.resize(static_cast<std::size_t>(nv));
+    pick.resize(static_cast<std::size_t>(std::min(ip.top_k, nv)));
+    for (index_t h = 0; h < H; ++h) {
+      for (index_t c = 0; c < dI; ++c) qrow(h, c) = QI(i, h * dI + c);
+      wrow[static_cast<std::size_t>(h)] = W(i, h);
+    }
+    indexer_scores<Real, Arch>(qrow.data(), wrow.data(), H, KI.data(), KI.outerStride(), nv, dI, scale, s.data());
+    const index_t k = top_k_indices(s.data(), nv, ip.top_k, pick.data(), work.data());
+    out.push({pick.data(), static_cast<std::size_t>(k)});
+  }
+  return out;
+}
+
+// ---- NSA: block importance and top-n blocks ---------------------------------------------------------
+
+/// How compression-branch probabilities become selection-block importances.
+enum class block_mapping {
+  overlap,  ///< weight of entry e for block j = |sources(e) ∩ block j| / stride: the geometric
+            ///< reading of NSA eq. 9 (l = 32, d = 16, l' = 64: entries 4j−1 … 4j+3 weigh 1,2,2,2,1)
+  eq9       ///< NSA eq. 9 as printed: p_slc[j] = Σ_{a<l'/d} Σ_{b<l/d} p_cmp[(l'/d)·j − a − b]
+};
+inline const char* to_string(block_mapping m) noexcept { return m == block_mapping::overlap ? "overlap" : "eq9"; }
+
+/// Block importance of one query: out[j] = Σ_e weight(e, j) · p_cmp[e] for selection blocks
+/// j ∈ [0, n_blocks) of size sel_block (block j = tokens [j·sel_block, (j+1)·sel_block − 1]).
+///   p_cmp: [n_cmp] compression probabilities (entries 0 … n_cmp−1 of `grid`); out: [n_blocks].
+/// With sel_block = window = stride the mapping is the identity.
+template <class Real>
+inline void nsa_block_importance(const Real* p_cmp, index_t n_cmp, const compress::chunk_grid& grid,
+                                 index_t sel_block, block_mapping mapping, index_t n_blocks, Real* out) noexcept {
+  std::fill(out, out + n_blocks, Real(0));
+  if (mapping == block_mapping::overlap) {
+    for (index_t e = 0; e < n_cmp; ++e) {
+      const compress::token_range r = grid.sources(e);
+      const index_t jlo = std::max<index_t>(0, floor_div(r.first, sel_block));
+      const index_t jhi = std::min<index_t>(n_blocks - 1, floor_div(r.last, sel_block));
+      for (index_t j = jlo; j <= jhi; ++j) {
+        const index_t lo = std::max(r.first, j * sel_block), hi = std::min(r.last, (j + 1) * sel_block - 1);
+        if (hi >= lo) out[j] += p_cmp[e] * static_cast<Real>(hi - lo + 1) / static_cast<Real>(grid.stride);
+      }
+    }
+    return;
+  }
+  const index_t A = std::max<index_t>(1, sel_block / grid.stride);
+  const index_t B = std::max<index_t>(1, grid.window / grid.stride);
+  for (index_t j = 0; j < n_blocks; ++j) {
+    Real s = 0;
+    for (index_t a = 0; a < A; ++a)
+      for (index_t b = 0; b < B; ++b) {
+        const index_t e = A * j - a - b;
+        if (e >= 0 && e < n_cmp) s += p_cmp[e];
+      }
+    out[j] = s;
+  }
+}
+
+/// Settings of NSA block selection.
+struct block_select_params {
+  index_t block = 64;       ///< selection block size l'
+  index_t top_n = 16;       ///< blocks kept per query, forced ones included
+  index_t initial = 1;      ///< always-included leading blocks
+  index_t local = 2;        ///< always-included most recent blocks (the query's block and before)
+  block_mapping mapping = block_mapping::overlap;
+  void validate() const {
+    require(block >= 1, "select.block", block, "must be >= 1");
+    require(top_n >= 1, "select.top_n", top_n, "must be >= 1");
+    require(initial >= 0, "select.initial", initial, "must be >= 0");
+    require(local >= 0, "select.local", local, "must be >= 0");
+    require(initial + local <= top_n, "select.top_n", top_n, "must be >= initial + local");
+  }
+  friend std::ostream& operator<<(std::ostream& os, const block_select_params& p) {
+    return os << "block_select_params{block=" << p.block << ", top_n=" << p.top_n << ", initial=" << p.initial
+              << ", local=" << p.local << ", mapping=" << to_string(p.mapping) << "}";
+  }
+};
+
+/// Blocks selected for a query at position t with importances imp[0 … n_blocks) (n_blocks =
+/// t / block + 1, the last one possibly partial): blocks 0 … initial−1 and the `local` blocks
+/// ending at t's block are forced; the rest of the top_n budget goes to the largest importances
+/// (ties: lower block index). Increasing block order.  imp: [n_blocks]; work: [n_blocks].
+template <class Real>
+inline index_t nsa_select_blocks(const Real* imp, index_t n_blocks, const block_select_params& p,
+                                 index_t* out, index_t* work) {
+  index_t cnt = 0;
+  std::vector<char> forced(static_cast<std::size_t>(n_blocks), 0);
+  for (index_t j = 0; j < std::min(p.initial, n_blocks); ++j) forced[static_cast<std::size_t>(j)] = 1;
+  for (index_t j = std::max<index_t>(0, n_blocks - p.local); j < n_blocks; ++j) forced[static_cast<std::size_t>(j)] = 1;
+  index_t nf = 0;
+  for (char f : forced) nf += f;
+  // rank the free blocks: (importance desc, index asc)
+  index_t nfree = 0;
+  for (index_t j = 0; j < n_blocks; ++j)
+    if (!forced[static_cast<std::size_t>(j)]) work[nfree++] = j;
+  const index_t budget = std::min(std::max<index_t>(0, p.top_n - nf), nfree);
+  auto better = [imp](index_t a, index_t b) { return imp[a] > imp[b] || (imp[a] == imp[b] && a < b); };
+  if (budget > 0 && budget < nfree) std::nth_element(work, work + (budget - 1), work + nfree, better);
+  for (index_t k = 0; k < budget; ++k) forced[static_cast<std::size_t>(work[k])] = 1;
+  for (index_t j = 0; j < n_blocks; ++j)
+    if (forced[static_cast<std::size_t>(j)]) out[cnt++] = j;
+  return cnt;
+}
+
+/// NSA selection for M queries from compression-branch probabilities:
+///   P [M × E] row i = p_cmp of query i over entries 0 … E−1 (zero beyond the visible ones,
+///   summed over the heads of a group by the caller); pos [M].  Returns selected blocks.
+template <class Real>
+index_lists nsa_select(const cref<Real>& P, const compress::chunk_grid& grid, std::span<const index_t> pos,
+                       const block_select_params& p) {
+  p.validate();
+  grid.validate();
+  const index_t M = P.rows();
+  require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal P.rows()");
+  index_lists out;
+  std::vector<Real> imp, prow;
+  std::vector<index_t> work, pick;
+  for (index_t i = 0; i < M; ++i) {
+    const index_t t = pos[static_cast<std::size_t>(i)];
+    require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
+    const index_t nb = t / p.block + 1;
+    const index_t nv = std::min<index_t>(grid.num_visible(t), P.cols());
+    prow.assign(static_cast<std::size_t>(nv), Real(0));
+    for (index_t e = 0; e < nv; ++e) prow[static_cast<std::size_t>(e)] = P(i, e);
+    imp.resize(static_cast<std::size_t>(nb));
+    work.resize(static_cast<std::size_t>(nb));
+    pick.resize(static_cast<std::size_t>(nb));
+    nsa_block_importance(prow.data(), nv, grid, p.block, p.mapping, nb, imp.data());
+    const index_t k = nsa_select_blocks(imp.data(), nb, p, pick.data(), work.data());
+    out.push({pick.data(), static_cast<std::size_t>(k)});
+  }
+  return out;
+}
+
+}  // namespace kvphase::attention

@@ -1,0 +1,268 @@
+// Attention kernels (scores, softmax with sink, weighted sum, online softmax, batched dense
+// attention) against a naive double-precision reference on every compiled SIMD path.
+#include <catch2/catch.hpp>
+
+#include <kvphase/attention/full.hpp>
+#include <kvphase/attention/kernels.hpp>
+#include <kvphase/core/simd.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/attention_reference.hpp"
+#include "support/tolerance.hpp"
+
+using kvphase::index_t;
+using kvphase::matrix_t;
+namespace att = kvphase::attention;
+namespace simd = kvphase::simd;
+namespace kt = kvphase::test;
+
+namespace {
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+template <class Real>
+double unit_roundoff() {
+  return std::numeric_limits<Real>::epsilon() / 2.0;
+}
+
+/// Reference for query i of Q over key rows [0, n) of K/V.
+template <class Real>
+kt::ref_attention ref_query(const matrix_t<Real>& Q, index_t i, const matrix_t<Real>& K, const matrix_t<Real>& V,
+                            index_t n, Real scale, double sink, double blocks) {
+  static thread_local matrix_t<double> Kd, Vd;
+  Kd = K.template cast<double>();
+  Vd = V.template cast<double>();
+  std::vector<double> q(static_cast<std::size_t>(Q.cols()));
+  for (index_t c = 0; c < Q.cols(); ++c) q[static_cast<std::size_t>(c)] = Q(i, c);
+  std::vector<const double*> ks, vs;
+  for (index_t j = 0; j < n; ++j) {
+    ks.push_back(Kd.data() + j * Kd.cols());
+    vs.push_back(Vd.data() + j * Vd.cols());
+  }
+  return kt::reference_attend(q, ks, vs, V.cols(), static_cast<double>(scale), sink, unit_roundoff<Real>(), blocks);
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("score_rows matches the double reference on every path", "[attention][kernels]", float, double) {
+  using Real = TestType;
+  for (index_t d : {1, 3, 16, 17, 33, 128}) {
+    for (index_t n : {1, 5, 40}) {
+      const auto K = kt::random_matrix<Real>(n, d, 11u + static_cast<unsigned>(d * 7 + n));
+      const auto q = kt::random_matrix<Real>(1, d, 99u + static_cast<unsigned>(d));
+      const Real scale = att::default_scale<Real>(d);
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        std::vector<Real> s(static_cast<std::size_t>(n));
+        att::score_rows<Real, Arch>(q.data(), K.data(), d, n, d, scale, s.data());
+        for (index_t j = 0; j < n; ++j) {
+          double ref = 0, abs_sum = 0;
+          for (index_t c = 0; c < d; ++c) {
+            ref += double(q(0, c)) * double(K(j, c));
+            abs_sum += std::fabs(double(q(0, c)) * double(K(j, c)));
+          }
+          ref *= double(scale);
+          const double bound = kt::dot_error_bound<Real>(static_cast<std::size_t>(d), abs_sum * double(scale), 1);
+          INFO("arch " << simd::arch_name<Arch>() << " d=" << d << " n=" << n << " j=" << j);
+          CHECK(std::fabs(double(s[static_cast<std::size_t>(j)]) - ref) <= bound);
+        }
+      });
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("softmax_with_sink matches the reference; a sink of -inf is no sink", "[attention][kernels]",
+                   float, double) {
+  using Real = TestType;
+  const double u = unit_roundoff<Real>();
+  for (index_t n : {1, 2, 7, 17, 33}) {
+    for (double sink : {-inf, -3.0, 0.0, 2.5}) {
+      const auto x0 = kt::random_matrix<Real>(1, n, 5u + static_cast<unsigned>(n), 2.0);
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        std::vector<Real> x(x0.data(), x0.data() + n);
+        const Real lse = att::softmax_with_sink<Real, Arch>(x.data(), n, static_cast<Real>(sink));
+        double m = sink;
+        for (index_t j = 0; j < n; ++j) m = std::max(m, double(x0(0, j)));
+        double l = std::isfinite(sink) ? std::exp(sink - m) : 0.0;
+        for (index_t j = 0; j < n; ++j) l += std::exp(double(x0(0, j)) - m);
+        INFO("arch " << simd::arch_name<Arch>() << " n=" << n << " sink=" << sink);
+        const double tol = (2 * (n + 12) * u) / (1 - 2 * (n + 12) * u);
+        for (index_t j = 0; j < n; ++j) {
+          const double ref = std::exp(double(x0(0, j)) - m) / l;
+          CHECK(std::fabs(double(x[static_cast<std::size_t>(j)]) - ref) <= tol * ref + 1e-300);
+        }
+        CHECK(std::fabs(double(lse) - (m + std::log(l))) <= tol * (std::fabs(m) + 1));
+        if (!std::isfinite(sink)) {
+          // −∞ sink = plain softmax: identical to the shim's softmax on the same path
+          std::vector<Real> y(x0.data(), x0.data() + n);
+          simd::softmax_inplace<Real, Arch>(y.data(), n);
+          for (index_t j = 0; j < n; ++j)
+            CHECK(std::fabs(double(y[static_cast<std::size_t>(j)]) - double(x[static_cast<std::size_t>(j)])) <=
+                  tol * double(y[static_cast<std::size_t>(j)]));
+        }
+      });
+    }
+  }
+  // empty input: nothing to attend
+  std::vector<float> none;
+  CHECK(att::softmax_with_sink<float>(none.data(), 0, -std::numeric_limits<float>::infinity()) ==
+        -std::numeric_limits<float>::infinity());
+}
+
+TEMPLATE_TEST_CASE("weighted_sum and attend_materialised match the reference", "[attention][kernels]", float,
+                   double) {
+  using Real = TestType;
+  for (index_t d : {1, 17, 64}) {
+    for (index_t dv : {1, 3, 16, 19}) {
+      for (index_t n : {1, 9, 70}) {
+        const auto K = kt::random_matrix<Real>(n, d, 3u + static_cast<unsigned>(n + d));
+        const auto V = kt::random_matrix<Real>(n, dv, 4u + static_cast<unsigned>(n + dv));
+        const auto Q = kt::random_matrix<Real>(1, d, 8u + static_cast<unsigned>(d), 2.0);
+        const Real scale = att::default_scale<Real>(d);
+        for (double sink : {-inf, 0.5}) {
+          const auto ref = ref_query<Real>(Q, 0, K, V, n, scale, sink, 1);
+          simd::for_each_arch([&](auto arch) {
+            using Arch = decltype(arch);
+            std::vector<Real> scratch(static_cast<std::size_t>(n)), o(static_cast<std::size_t>(dv));
+            att::attend_materialised<Real, Arch>(Q.data(), K.data(), d, V.data(), dv, n, d, dv, scale,
+                                                 static_cast<Real>(sink), scratch.data(), o.data());
+            INFO("arch " << simd::arch_name<Arch>() << " d=" << d << " dv=" << dv << " n=" << n << " sink=" << sink);
+            for (index_t c = 0; c < dv; ++c)
+              CHECK(std::fabs(double(o[static_cast<std::size_t>(c)]) - ref.o[static_cast<std::size_t>(c)]) <=
+                    ref.bound[static_cast<std::size_t>(c)]);
+            // weighted_sum alone with exact weights
+            std::vector<Real> p(static_cast<std::size_t>(n), Real(1) / Real(n));
+            att::weighted_sum<Real, Arch>(p.data(), V.data(), dv, n, dv, o.data());
+            for (index_t c = 0; c < dv; ++c) {
+              double r = 0, a = 0;
+              for (index_t j = 0; j < n; ++j) {
+                r += double(p[0]) * double(V(j, c));
+                a += std::fabs(double(p[0]) * double(V(j, c)));
+              }
+              CHECK(std::fabs(double(o[static_cast<std::size_t>(c)]) - r) <=
+                    kt::dot_error_bound<Real>(static_cast<std::size_t>(n), a));
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("online_softmax over blocks and segments matches the reference", "[attention][kernels]", float,
+                   double) {
+  using Real = TestType;
+  for (index_t d : {1, 5, 16, 17, 64}) {
+    for (index_t dv : {1, 3, 19}) {
+      for (index_t n : {1, 7, 300}) {
+        for (index_t block : {1, 7, 256}) {
+          if (block == 1 && n > 7) continue;
+          const auto K = kt::random_matrix<Real>(n, d, 21u + static_cast<unsigned>(n * 3 + d));
+          const auto V = kt::random_matrix<Real>(n, dv, 22u + static_cast<unsigned>(n + dv));
+          // increasing query scale so the running max grows across blocks (rescale path)
+          auto Q = kt::random_matrix<Real>(1, d, 23u + static_cast<unsigned>(d), 3.0);
+          const Real scale = att::default_scale<Real>(d);
+          const double blocks = std::ceil(double(n) / double(block)) + 1;
+          for (double sink : {-inf, 1.0}) {
+            const auto ref = ref_query<Real>(Q, 0, K, V, n, scale, sink, blocks);
+            simd::for_each_arch([&](auto arch) {
+              using Arch = decltype(arch);
+              att::online_softmax<Real, Arch> st(dv, block);
+              std::vector<Real> o(static_cast<std::size_t>(dv));
+              // split into two segments to exercise multiple add calls
+              const index_t h = n / 2;
+              st.add_rows(Q.data(), K.data(), d, V.data(), dv, h, d, scale);
+              std::vector<index_t> idx;
+              for (index_t j = h; j < n; ++j) idx.push_back(j);
+              st.add_indexed(Q.data(), K.data(), d, V.data(), dv, idx.data(), n - h, d, scale);
+              CHECK(st.keys_seen() == n);
+              st.finish(static_cast<Real>(sink), o.data());
+              INFO("arch " << simd::arch_name<Arch>() << " d=" << d << " dv=" << dv << " n=" << n
+                           << " block=" << block << " sink=" << sink);
+              for (index_t c = 0; c < dv; ++c)
+                CHECK(std::fabs(double(o[static_cast<std::size_t>(c)]) - ref.o[static_cast<std::size_t>(c)]) <=
+                      ref.bound[static_cast<std::size_t>(c)]);
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("online_softmax with no keys gives zero output", "[attention][kernels]") {
+  att::online_softmax<double> st(3);
+  std::vector<double> o(3, 7.0);
+  CHECK(st.finish(-inf, o.data()) == -inf);
+  CHECK(o == std::vector<double>{0.0, 0.0, 0.0});
+  CHECK(st.finish(2.0, o.data()) == 2.0);
+  CHECK_THROWS_AS(att::online_softmax<double>(-1), kvphase::error);
+  CHECK_THROWS_WITH(att::online_softmax<double>(4, 0), Catch::Contains("block"));
+}
+
+TEMPLATE_TEST_CASE("batched dense attention (all keys or per-query prefixes) matches the reference",
+                   "[attention][kernels]", float, double) {
+  using Real = TestType;
+  struct shape {
+    index_t M, n, d, dv;
+  };
+  for (shape sh : {shape{1, 1, 1, 1}, shape{1, 300, 17, 5}, shape{5, 40, 16, 16}, shape{33, 130, 33, 19},
+                   shape{70, 300, 128, 128}, shape{37, 257, 64, 48}}) {
+    const auto Q = kt::random_matrix<Real>(sh.M, sh.d, 31u + static_cast<unsigned>(sh.M), 2.0);
+    const auto K = kt::random_matrix<Real>(sh.n, sh.d, 32u + static_cast<unsigned>(sh.n));
+    const auto V = kt::random_matrix<Real>(sh.n, sh.dv, 33u + static_cast<unsigned>(sh.dv));
+    const Real scale = att::default_scale<Real>(sh.d);
+    std::vector<index_t> ends(static_cast<std::size_t>(sh.M));
+    for (index_t i = 0; i < sh.M; ++i) ends[static_cast<std::size_t>(i)] = 1 + (i * 7919) % sh.n;
+    for (bool prefix : {false, true}) {
+      for (double sink : {-inf, 0.25}) {
+        simd::for_each_arch([&](auto arch) {
+          using Arch = decltype(arch);
+          matrix_t<Real> O(sh.M, sh.dv);
+          att::attend_batch<Real, Arch>(Q.data(), sh.d, sh.M, K.data(), sh.d, V.data(), sh.dv, sh.n, sh.d, sh.dv,
+                                        prefix ? ends.data() : nullptr, scale, static_cast<Real>(sink), O.data(),
+                                        sh.dv, 256, 2);
+          for (index_t i = 0; i < sh.M; ++i) {
+            const index_t ni = prefix ? ends[static_cast<std::size_t>(i)] : sh.n;
+            const auto ref = ref_query<Real>(Q, i, K, V, ni, scale, sink, std::ceil(double(ni) / 64.0) + 2);
+            for (index_t c = 0; c < sh.dv; ++c) {
+              INFO("arch " << simd::arch_name<Arch>() << " M=" << sh.M << " n=" << sh.n << " d=" << sh.d
+                           << " dv=" << sh.dv << " prefix=" << prefix << " sink=" << sink << " i=" << i
+                           << " c=" << c);
+              CHECK(std::fabs(double(O(i, c)) - ref.o[static_cast<std::size_t>(c)]) <=
+                    ref.bound[static_cast<std::size_t>(c)]);
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("batched attention is bitwise identical for 1 and 2 threads", "[attention][kernels]") {
+  const index_t M = 70, n = 300, d = 128, dv = 128;
+  const auto Q = kt::random_matrix<float>(M, d, 1);
+  const auto K = kt::random_matrix<float>(n, d, 2);
+  const auto V = kt::random_matrix<float>(n, dv, 3);
+  matrix_t<float> O1(M, dv), O2(M, dv);
+  att::attention_params p1{.threads = 1}, p2{.threads = 2};
+  att::dense_attention<float>(Q, K, V, p1, O1);
+  att::dense_attention<float>(Q, K, V, p2, O2);
+  CHECK((O1.array() == O2.array()).all());
+}
+
+TEST_CASE("attention_params validation names the parameter", "[attention][kernels]") {
+  CHECK_THROWS_WITH((att::attention_params{.scale = -1}.validate()), Catch::Contains("scale"));
+  CHECK_THROWS_WITH((att::attention_params{.sink = inf}.validate()), Catch::Contains("sink"));
+  CHECK_THROWS_WITH((att::attention_params{.sink = std::nan("")}.validate()), Catch::Contains("sink"));
+  CHECK_THROWS_WITH((att::attention_params{.block = 0}.validate()), Catch::Contains("block"));
+  CHECK_THROWS_WITH((att::attention_params{.threads = -2}.validate()), Catch::Contains("threads"));
+  const matrix_t<double> Q(4, 8), K(10, 8), V(10, 3), Kbad(10, 7), Vbad(9, 3);
+  matrix_t<double> O(4, 3), Obad(4, 2);
+  CHECK_THROWS_WITH(att::dense_attention<double>(Q, Kbad, V, {}, O), Catch::Contains("K.cols()"));
+  CHECK_THROWS_WITH(att::dense_attention<double>(Q, K, Vbad, {}, O), Catch::Contains("V.rows()"));
+  CHECK_THROWS_WITH(att::dense_attention<double>(Q, K, V, {}, Obad), Catch::Contains("O.cols()"));
+}
