@@ -1,0 +1,208 @@
+// Selection: lightning-indexer scores and top-k (CSA), NSA block importance and top-n blocks,
+// against references written here; tie-breaking by lower index.
+#include <catch2/catch.hpp>
+
+#include <kvphase/attention/select.hpp>
+#include <kvphase/compress/grid.hpp>
+#include <kvphase/core/simd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/attention_reference.hpp"
+#include "support/tolerance.hpp"
+
+using kvphase::index_t;
+using kvphase::matrix_t;
+namespace att = kvphase::attention;
+namespace cmp = kvphase::compress;
+namespace simd = kvphase::simd;
+namespace kt = kvphase::test;
+
+namespace {
+/// Reference top-k: sort all indices by (score desc, index asc), keep k, return sorted by index.
+std::vector<index_t> ref_top_k(const std::vector<double>& s, index_t k) {
+  std::vector<index_t> idx(s.size());
+  std::iota(idx.begin(), idx.end(), index_t(0));
+  std::stable_sort(idx.begin(), idx.end(), [&](index_t a, index_t b) { return s[a] > s[b]; });
+  idx.resize(static_cast<std::size_t>(std::min<index_t>(k, static_cast<index_t>(s.size()))));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attention][select]", float, double) {
+  using Real = TestType;
+  for (index_t H : {1, 3, 8}) {
+    for (index_t dI : {1, 7, 16, 33}) {
+      const index_t n = 23;
+      const auto q = kt::random_matrix<Real>(H, dI, 81u + static_cast<unsigned>(H * 100 + dI));
+      const auto w = kt::random_matrix<Real>(1, H, 82u + static_cast<unsigned>(H));
+      const auto KI = kt::random_matrix<Real>(n, dI, 83u + static_cast<unsigned>(dI));
+      const Real scale = att::default_scale<Real>(dI);
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        std::vector<Real> out(static_cast<std::size_t>(n));
+        att::indexer_scores<Real, Arch>(q.data(), w.data(), H, KI.data(), dI, n, dI, scale, out.data());
+        for (index_t i = 0; i < n; ++i) {
+          double ref = 0, bound = 0;
+          for (index_t h = 0; h < H; ++h) {
+            double dot = 0, a = 0;
+            for (index_t c = 0; c < dI; ++c) {
+              dot += double(q(h, c)) * double(KI(i, c));
+              a += std::fabs(double(q(h, c)) * double(KI(i, c)));
+            }
+            dot *= double(scale);
+            const double db = kt::dot_error_bound<Real>(static_cast<std::size_t>(dI), a * double(scale), 1);
+            ref += double(w(0, h)) * std::max(dot, 0.0);
+            // ReLU is 1-Lipschitz; the head sum adds H roundings
+            bound += std::fabs(double(w(0, h))) * db +
+                     kt::rel_bound<Real>(double(H + 1)) * std::fabs(double(w(0, h))) * std::fabs(dot);
+          }
+          INFO("arch " << simd::arch_name<Arch>() << " H=" << H << " dI=" << dI << " i=" << i);
+          CHECK(std::fabs(double(out[static_cast<std::size_t>(i)]) - ref) <= bound + 1e-300);
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("top-k returns exactly the k largest scores, ties to the lower index", "[attention][select]") {
+  std::mt19937 g(7);
+  for (index_t n : {1, 2, 5, 64, 333}) {
+    for (int ties : {0, 1}) {
+      std::vector<double> s(static_cast<std::size_t>(n));
+      for (auto& v : s) v = ties ? double(g() % 4) : std::normal_distribution<double>()(g);
+      for (index_t k : {index_t(1), index_t(2), n / 2 + 1, n, n + 3}) {
+        const auto got = att::top_k<double>(s, k);
+        INFO("n=" << n << " ties=" << ties << " k=" << k);
+        CHECK(got == ref_top_k(s, k));
+        // defining property: every kept score ≥ every dropped score; equal ones kept by lower index
+        std::vector<char> kept(s.size(), 0);
+        for (index_t i : got) kept[static_cast<std::size_t>(i)] = 1;
+        for (index_t a = 0; a < n; ++a)
+          for (index_t b = 0; b < n; ++b)
+            if (kept[static_cast<std::size_t>(a)] && !kept[static_cast<std::size_t>(b)]) {
+              CHECK(s[static_cast<std::size_t>(a)] >= s[static_cast<std::size_t>(b)]);
+              if (s[static_cast<std::size_t>(a)] == s[static_cast<std::size_t>(b)]) CHECK(a < b);
+            }
+      }
+    }
+  }
+  const std::vector<float> f{1.0f, 3.0f, 3.0f, 2.0f, 3.0f};
+  CHECK(att::top_k<float>(f, 2) == std::vector<index_t>{1, 2});
+  CHECK(att::top_k<float>(f, 0).empty());
+  CHECK_THROWS_WITH(att::top_k<float>(f, -1), Catch::Contains("k"));
+  const std::vector<double> nan{1.0, std::nan("")};
+  CHECK_THROWS_WITH(att::top_k<double>(nan, 1), Catch::Contains("scores[1]"));
+}
+
+TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer score", "[attention][select]", float,
+                   double) {
+  using Real = TestType;
+  const index_t N = 50, H = 3, dI = 9, M = N;
+  const cmp::chunk_grid g{.window = 8, .stride = 4};
+  const index_t E = g.num_entries(N);
+  const auto QI = kt::random_matrix<Real>(M, H * dI, 91u);
+  const auto W = kt::random_matrix<Real>(M, H, 92u);
+  const auto KI = kt::random_matrix<Real>(E, dI, 93u);
+  std::vector<index_t> pos(static_cast<std::size_t>(M));
+  std::iota(pos.begin(), pos.end(), index_t(0));
+  const att::indexer_params ip{.heads = H, .top_k = 3};
+  const auto sel = att::csa_select<Real, kvphase::simd::scalar>(QI, W, KI, g, pos, ip);
+  REQUIRE(sel.size() == M);
+  for (index_t i = 0; i < M; ++i) {
+    std::vector<double> s;
+    for (index_t e = 0; e < E; ++e) {
+      if (!g.visible(e, pos[static_cast<std::size_t>(i)])) continue;
+      double v = 0;
+      for (index_t h = 0; h < H; ++h) {
+        Real dot = 0;
+        for (index_t c = 0; c < dI; ++c) dot += QI(i, h * dI + c) * KI(e, c);
+        v += double(W(i, h)) * std::max(double(dot * att::default_scale<Real>(dI)), 0.0);
+      }
+      s.push_back(v);
+    }
+    const auto got = sel.of(i);
+    const auto want = ref_top_k(s, ip.top_k);
+    // the scores of the chosen set must equal the k largest (robust to rounding-level ties)
+    REQUIRE(got.size() == want.size());
+    std::vector<double> gs, ws;
+    for (index_t e : got) gs.push_back(s[static_cast<std::size_t>(e)]);
+    for (index_t e : want) ws.push_back(s[static_cast<std::size_t>(e)]);
+    std::sort(gs.begin(), gs.end());
+    std::sort(ws.begin(), ws.end());
+    for (std::size_t k = 0; k < gs.size(); ++k) CHECK(std::fabs(gs[k] - ws[k]) <= 1e-5 * (1 + std::fabs(ws[k])));
+  }
+  CHECK_THROWS_WITH(att::csa_select<Real>(QI, W, KI.topRows(2), g, pos, ip), Catch::Contains("KI.rows()"));
+  CHECK_THROWS_WITH(att::csa_select<Real>(QI, W, KI, g, pos, att::indexer_params{.heads = 2}),
+                    Catch::Contains("QI.cols()"));
+  CHECK_THROWS_WITH(att::csa_select<Real>(QI, W.leftCols(2), KI, g, pos, ip), Catch::Contains("W.cols()"));
+  CHECK_THROWS_WITH(att::csa_select<Real>(QI, W, KI, g, pos, att::indexer_params{.heads = H, .top_k = 0}),
+                    Catch::Contains("indexer.top_k"));
+}
+
+TEST_CASE("NSA block importance: overlap mapping and eq. 9 as printed", "[attention][select]") {
+  // l = 32, d = 16 (NSA convention), l' = 64: geometric overlap weights 1,2,2,2,1 on 4j−1 … 4j+3
+  const cmp::chunk_grid g{.window = 32, .stride = 16, .convention = cmp::grid_convention::nsa};
+  const index_t n_cmp = 20, nb = 6;
+  for (index_t probe = 0; probe < n_cmp; ++probe) {
+    std::vector<double> p(static_cast<std::size_t>(n_cmp), 0.0), imp(static_cast<std::size_t>(nb));
+    p[static_cast<std::size_t>(probe)] = 1.0;
+    att::nsa_block_importance(p.data(), n_cmp, g, 64, att::block_mapping::overlap, nb, imp.data());
+    for (index_t j = 0; j < nb; ++j) {
+      // entry `probe` covers tokens [16·probe, 16·probe + 31]
+      const index_t lo = std::max<index_t>(16 * probe, 64 * j), hi = std::min<index_t>(16 * probe + 31, 64 * j + 63);
+      const double want = hi >= lo ? double(hi - lo + 1) / 16.0 : 0.0;
+      CHECK(imp[static_cast<std::size_t>(j)] == want);
+    }
+    att::nsa_block_importance(p.data(), n_cmp, g, 64, att::block_mapping::eq9, nb, imp.data());
+    for (index_t j = 0; j < nb; ++j) {
+      const index_t off = 4 * j - probe;  // a + b with a ∈ [0,4), b ∈ [0,2)
+      const double want = (off < 0 || off > 4) ? 0.0 : (off == 0 || off == 4 ? 1.0 : 2.0);
+      CHECK(imp[static_cast<std::size_t>(j)] == want);
+    }
+  }
+  // same blocking: the identity
+  const cmp::chunk_grid g1{.window = 8, .stride = 8, .convention = cmp::grid_convention::nsa};
+  std::vector<double> p{0.1, 0.4, 0.2, 0.3}, imp(4);
+  for (auto m : {att::block_mapping::overlap, att::block_mapping::eq9}) {
+    att::nsa_block_importance(p.data(), 4, g1, 8, m, 4, imp.data());
+    CHECK(imp == p);
+  }
+}
+
+TEST_CASE("NSA top-n blocks always include initial and local blocks; ties to the lower index",
+          "[attention][select]") {
+  const att::block_select_params bp{.block = 4, .top_n = 4, .initial = 1, .local = 2};
+  std::vector<double> imp{0.0, 5.0, 1.0, 5.0, 9.0, 0.0, 0.0};
+  std::vector<index_t> out(imp.size()), work(imp.size());
+  const index_t k = att::nsa_select_blocks(imp.data(), 7, bp, out.data(), work.data());
+  out.resize(static_cast<std::size_t>(k));
+  CHECK(out == std::vector<index_t>{0, 4, 5, 6});  // forced 0, 5, 6; best free is 4
+  const att::block_select_params bp2{.block = 4, .top_n = 5, .initial = 1, .local = 2};
+  out.assign(imp.size(), 0);
+  out.resize(static_cast<std::size_t>(att::nsa_select_blocks(imp.data(), 7, bp2, out.data(), work.data())));
+  CHECK(out == std::vector<index_t>{0, 1, 4, 5, 6});  // tie 1 vs 3 at 5.0: lower index
+  // fewer blocks than the budget: all of them
+  out.assign(2, 0);
+  CHECK(att::nsa_select_blocks(imp.data(), 2, bp, out.data(), work.data()) == 2);
+
+  // nsa_select from probabilities: query at t sees blocks 0 … t/4
+  const cmp::chunk_grid g{.window = 4, .stride = 4, .convention = cmp::grid_convention::nsa};
+  matrix_t<double> P = matrix_t<double>::Zero(2, 8);
+  P(0, 2) = 0.9;
+  P(1, 1) = 0.5;
+  P(1, 6) = 0.7;  // not visible to a query at t = 20 (entry 6 ends at 27)
+  const std::vector<index_t> pos{13, 20};
+  const auto sel = att::nsa_select<double>(P, g, pos, att::block_select_params{.block = 4, .top_n = 3, .initial = 1, .local = 1});
+  CHECK(std::vector<index_t>(sel.of(0).begin(), sel.of(0).end()) == std::vector<index_t>{0, 2, 3});
+  CHECK(std::vector<index_t>(sel.of(1).begin(), sel.of(1).end()) == std::vector<index_t>{0, 1, 5});
+  CHECK_THROWS_WITH((att::block_select_params{.top_n = 2, .initial = 1, .local = 2}.validate()),
+                    Catch::Contains("select.top_n"));
+  CHECK_THROWS_WITH((att::block_select_params{.block = 0}.validate()), Catch::Contains("select.block"));
+}
