@@ -1,0 +1,807 @@
+// The compressor against a naive reference written independently here, on every compiled SIMD
+// path, in float and double; hand-computed cases; bad inputs; determinism.
+//
+// The reference evaluates every pool in long double straight from the formulas (entries from the
+// convention's source-range formula, not from chunk_grid) and carries, next to each value, a
+// bound on the rounding error the Real implementation may commit. The bound is derived from the
+// implementation's operation graph with the standard model fl(a ∘ b) = (a ∘ b)(1 + δ), |δ| ≤ u
+// = eps/2: a sum or dot of n terms in any order (with or without FMA) errs by at most
+// γ_n · Σ|terms|, γ_n = n·u/(1 − n·u) (Higham, Thm 3.1); exp on the SIMD paths is within 2 ulp
+// (≤ 4u relative; xsimd 8.1 measured ≤ 1.52 ulp in float, ≤ 0.9 ulp in double; glibc < 1 ulp);
+// values computed in double and rounded to Real add u_double terms explicitly.
+// The comparison allows the bound plus the reference's own long-double error, which is the same
+// model at u_ld = 2^-64, i.e. ≤ 2^-10 of the Real=double bound: tolerance = bound · (1 + 2^-10).
+#include <catch2/catch.hpp>
+
+#include <kvphase/compress/compress.hpp>
+#include <kvphase/core/rng.hpp>
+#include <kvphase/core/simd.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+using kvphase::index_t;
+using kvphase::matrix_t;
+using kvphase::vector_t;
+using Catch::Matchers::Contains;
+namespace kc = kvphase::compress;
+namespace simd = kvphase::simd;
+
+namespace {
+
+using LD = long double;
+constexpr double u_double = 0x1.0p-53;
+
+// ---- value + error bound -------------------------------------------------------------------------
+struct ev {
+  LD v = 0;  // exact value (long double)
+  LD e = 0;  // bound on |Real computation − v|
+};
+
+template <class Real>
+struct model {
+  static constexpr LD u = std::numeric_limits<Real>::epsilon() / 2;
+  static LD gamma(LD n) { return n * u / (1 - n * u); }
+  static ev input(LD v) { return {v, 0}; }
+  // a double-precision value computed with `ops` double roundings, then rounded to Real
+  static ev from_double(LD v, LD ops) {
+    const LD a = std::fabs(v);
+    return {v, a * (ops * LD(u_double)) + (sizeof(Real) == 4 ? u * a * (1 + ops * LD(u_double)) : 0)};
+  }
+  static ev add(ev a, ev b) {
+    const LD v = a.v + b.v;
+    return {v, a.e + b.e + u * (std::fabs(v) + a.e + b.e)};
+  }
+  static ev sub(ev a, ev b) { return add(a, {-b.v, b.e}); }
+  static ev mul(ev a, ev b) {
+    const LD v = a.v * b.v;
+    const LD e = std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e;
+    return {v, e + u * (std::fabs(v) + e)};
+  }
+  // Σ a_i b_i in any order, FMA or not
+  static ev dot(const std::vector<ev>& a, const std::vector<ev>& b) {
+    LD v = 0, e = 0, s = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      v += a[i].v * b[i].v;
+      e += std::fabs(a[i].v) * b[i].e + std::fabs(b[i].v) * a[i].e + a[i].e * b[i].e;
+      s += (std::fabs(a[i].v) + a[i].e) * (std::fabs(b[i].v) + b[i].e);
+    }
+    return {v, e + gamma(static_cast<LD>(a.size())) * s};
+  }
+  static ev sum(const std::vector<ev>& a) {
+    LD v = 0, e = 0, s = 0;
+    for (auto& x : a) {
+      v += x.v;
+      e += x.e;
+      s += std::fabs(x.v) + x.e;
+    }
+    return {v, e + gamma(static_cast<LD>(a.size())) * s};
+  }
+  static ev exp(ev a) {
+    const LD v = std::exp(a.v);
+    return {v, v * (std::exp(a.e) - 1) + 4 * u * v * std::exp(a.e)};
+  }
+  static ev div(ev a, ev b) {
+    const LD v = a.v / b.v;
+    const LD e = (a.e + std::fabs(v) * b.e) / (std::fabs(b.v) - b.e);
+    return {v, e + u * (std::fabs(v) + e)};
+  }
+  static ev max(ev a, ev b) { return a.v >= b.v ? ev{a.v, std::max(a.e, b.e)} : ev{b.v, std::max(a.e, b.e)}; }
+};
+
+// ---- independent entry geometry --------------------------------------------------------------------
+struct ref_entry {
+  index_t first, last, block_start, block_end;
+};
+std::vector<ref_entry> ref_entries(const kc::operator_spec& s, index_t head, index_t n) {
+  const index_t W = s.grid.window, S = s.grid.stride;
+  const index_t org = s.grid.origin + (s.head_offsets.empty() ? 0 : s.head_offsets[static_cast<std::size_t>(head)]);
+  std::vector<ref_entry> out;
+  for (index_t j = -(n + W) / S - 8; j <= (n + W) / S + 8; ++j) {
+    ref_entry r{};
+    if (s.grid.convention == kc::grid_convention::v4) {
+      r.last = org + j * S + S - 1;
+      r.first = r.last - W + 1;
+      r.block_start = org + j * S;
+      r.block_end = r.last;
+      if (r.last < 0) continue;
+    } else {
+      r.first = org + j * S;
+      r.last = r.first + W - 1;
+      r.block_start = r.first;
+      r.block_end = r.last;
+      if (r.first < 0) continue;
+    }
+    if (r.last > n - 1) break;
+    out.push_back(r);
+  }
+  return out;
+}
+
+template <class Real>
+LD at(const matrix_t<Real>& m, index_t r, index_t c) {
+  return static_cast<LD>(m(r, c));
+}
+
+// Projection of token t: Σ_k x[t,k] M[k, col] (exact inputs)
+template <class Real>
+ev project(const matrix_t<Real>& x, index_t t, const matrix_t<Real>& M, index_t col) {
+  std::vector<ev> a, b;
+  for (index_t k = 0; k < x.cols(); ++k) {
+    a.push_back({at(x, t, k), 0});
+    b.push_back({at(M, k, col), 0});
+  }
+  return model<Real>::dot(a, b);
+}
+
+// Softmax-pooled value of one channel, in the implementation's operation order.
+// channel form (channel_gate, two_stream): out = (Σ p_r C_r) / (Σ p_r), p_r = exp(e_r − m)
+// scalar form (slot_gate): α_r = p_r · (1 / Σ p), out = Σ α_r C_r
+template <class Real>
+ev softmax_pool(const std::vector<ev>& logits, const std::vector<ev>& pay, bool scalar_form) {
+  using M = model<Real>;
+  LD m = -INFINITY;
+  for (auto& l : logits) m = std::max(m, l.v);
+  std::vector<ev> p;
+  for (auto& l : logits) {
+    // m is any common shift (it cancels exactly); only the rounding of l − m matters
+    const LD q = l.v - m;
+    p.push_back(M::exp({q, l.e + M::u * std::fabs(q)}));
+  }
+  const ev s = M::sum(p);
+  if (scalar_form) {
+    const ev inv = M::div({1, 0}, s);
+    std::vector<ev> a;
+    for (auto& x : p) a.push_back(M::mul(x, inv));
+    return M::dot(a, pay);
+  }
+  return M::div(M::dot(p, pay), s);
+}
+
+LD gelu_ld(LD v) { return LD(0.5) * v * (1 + std::erf(v / std::sqrt(LD(2)))); }
+
+// Reference compressor. Returns E × c values with bounds; `is_max` marks exact results.
+template <class Real>
+std::vector<std::vector<ev>> reference(const kc::operator_spec& s, const kc::pool_params<Real>& p,
+                                       const matrix_t<Real>& x, index_t head) {
+  using M = model<Real>;
+  const index_t N = x.rows(), d = x.cols(), W = s.grid.window, S = s.grid.stride;
+  const auto ents = ref_entries(s, head, N);
+  std::vector<std::vector<ev>> out;
+  index_t c = d;
+  if ((s.pool == kc::pool_kind::slot_gate || s.pool == kc::pool_kind::channel_gate) && p.w_c.size()) c = p.w_c.cols();
+  if (s.pool == kc::pool_kind::two_stream && p.w_c.size()) c = p.w_c.cols() / 2;
+  if (s.pool == kc::pool_kind::mlp) c = p.mlp_w2.cols();
+  for (const auto& en : ents) {
+    std::vector<index_t> slot, tok;  // unmasked slots and their tokens
+    for (index_t r = 0; r < W; ++r) {
+      if (en.first + r >= 0) {
+        slot.push_back(r);
+        tok.push_back(en.first + r);
+      }
+    }
+    const std::size_t n = slot.size();
+    std::vector<ev> row(static_cast<std::size_t>(c));
+    switch (s.pool) {
+      case kc::pool_kind::identity:
+        for (index_t k = 0; k < c; ++k) row[k] = {at(x, tok[0], k), 0};
+        break;
+      case kc::pool_kind::mean:
+      case kc::pool_kind::weights:
+      case kc::pool_kind::slot_gate: {
+        const bool content = p.content_u.size() || p.slot_u.size();
+        std::vector<ev> w;
+        if (!content) {
+          // weights computed in double from the spec (≤ W + 8 double roundings), rounded to Real
+          std::vector<LD> raw;
+          for (auto r : slot) {
+            if (s.pool == kc::pool_kind::mean) raw.push_back(1);
+            if (s.pool == kc::pool_kind::weights) raw.push_back(s.slot_weights[r]);
+            if (s.pool == kc::pool_kind::slot_gate) raw.push_back(s.slot_bias.empty() ? 0 : s.slot_bias[r]);
+          }
+          if (s.pool == kc::pool_kind::slot_gate) {
+            LD mx = -INFINITY;
+            for (auto v : raw) mx = std::max(mx, v);
+            for (auto& v : raw) v = std::exp(v - mx);
+          }
+          LD tot = 0;
+          for (auto v : raw) tot += v;
+          for (auto v : raw) w.push_back(M::from_double(v / tot, LD(W + 8)));
+        } else {
+          std::vector<ev> logits;
+          for (std::size_t i = 0; i < n; ++i) {
+            const LD b = s.slot_bias.empty() ? 0 : s.slot_bias[slot[i]];
+            ev l = M::from_double(b, 0);
+            std::vector<ev> xs;
+            for (index_t k = 0; k < d; ++k) xs.push_back({at(x, tok[i], k), 0});
+            if (p.content_u.size()) {
+              std::vector<ev> us;
+              for (index_t k = 0; k < d; ++k) us.push_back({static_cast<LD>(p.content_u[k]), 0});
+              l = M::add(l, M::dot(us, xs));
+            }
+            if (p.slot_u.size()) {
+              std::vector<ev> us;
+              for (index_t k = 0; k < d; ++k) us.push_back({at(p.slot_u, slot[i], k), 0});
+              l = M::add(l, M::dot(us, xs));
+            }
+            logits.push_back(l);
+          }
+          // softmax weights as the implementation forms them (α = p · (1/Σp))
+          LD m = -INFINITY;
+          for (auto& l : logits) m = std::max(m, l.v);
+          std::vector<ev> pe;
+          for (auto& l : logits) pe.push_back(M::exp({l.v - m, l.e + M::u * std::fabs(l.v - m)}));
+          const ev inv = M::div({1, 0}, M::sum(pe));
+          for (auto& q : pe) w.push_back(M::mul(q, inv));
+        }
+        for (index_t k = 0; k < c; ++k) {
+          std::vector<ev> pay;
+          for (std::size_t i = 0; i < n; ++i) {
+            pay.push_back(p.w_c.size() ? project(x, tok[i], p.w_c, k) : ev{at(x, tok[i], k), 0});
+          }
+          row[k] = M::dot(w, pay);
+        }
+        break;
+      }
+      case kc::pool_kind::max:
+        for (index_t k = 0; k < c; ++k) {
+          LD m = -INFINITY;
+          for (auto t : tok) m = std::max(m, at(x, t, k));
+          row[k] = {m, 0};
+        }
+        break;
+      case kc::pool_kind::channel_gate:
+      case kc::pool_kind::two_stream: {
+        const bool ts = s.pool == kc::pool_kind::two_stream;
+        for (index_t k = 0; k < c; ++k) {
+          std::vector<ev> logits, pay;
+          for (std::size_t i = 0; i < n; ++i) {
+            const index_t r = slot[i];
+            const index_t col = (ts && r >= S) ? c + k : k;  // stream b in the second half
+            const index_t brow = ts ? r % S : r;
+            ev z{0, 0};
+            if (p.w_z.size()) z = project(x, tok[i], p.w_z, col);
+            if (p.slot_bias_c.size()) z = M::add(z, {at(p.slot_bias_c, brow, col), 0});
+            logits.push_back(z);
+            pay.push_back(p.w_c.size() ? project(x, tok[i], p.w_c, col) : ev{at(x, tok[i], k), 0});
+          }
+          row[k] = softmax_pool<Real>(logits, pay, false);
+        }
+        break;
+      }
+      case kc::pool_kind::mlp: {
+        const index_t H = p.mlp_w1.cols();
+        std::vector<ev> f;
+        std::vector<index_t> frow;  // row of W1 for each flat element
+        for (std::size_t i = 0; i < n; ++i) {
+          for (index_t k = 0; k < d; ++k) {
+            ev v{at(x, tok[i], k), 0};
+            if (p.mlp_pos.size()) v = M::add(v, {at(p.mlp_pos, slot[i], k), 0});
+            f.push_back(v);
+            frow.push_back(slot[i] * d + k);
+          }
+        }
+        std::vector<ev> h;
+        const LD lip = p.activation == kc::mlp_activation::relu ? 1 : LD(1.1290);  // max |act'|
+        for (index_t j = 0; j < H; ++j) {
+          std::vector<ev> w1;
+          for (auto r : frow) w1.push_back({at(p.mlp_w1, r, j), 0});
+          ev pre = M::dot(f, w1);
+          // bias added and activation evaluated in double, then rounded to Real
+          const LD b = p.mlp_b1.size() ? static_cast<LD>(p.mlp_b1[j]) : 0;
+          const LD a = pre.v + b;
+          const LD act = p.activation == kc::mlp_activation::relu ? std::max<LD>(0, a) : gelu_ld(a);
+          const LD ea = lip * (pre.e + 2 * LD(u_double) * (std::fabs(pre.v) + std::fabs(b) + pre.e));
+          ev hv = M::from_double(act, 8);
+          hv.e += ea * (1 + M::u);
+          h.push_back(hv);
+        }
+        for (index_t k = 0; k < c; ++k) {
+          std::vector<ev> w2;
+          for (index_t j = 0; j < H; ++j) w2.push_back({at(p.mlp_w2, j, k), 0});
+          ev o = M::dot(h, w2);
+          if (p.mlp_b2.size()) o = M::add(o, {static_cast<LD>(p.mlp_b2[k]), 0});
+          row[k] = o;
+        }
+        break;
+      }
+    }
+    if (s.rmsnorm) {
+      // ss = Σ row² (any order), inv = 1/sqrt(ss/c + eps) in double, rounded to Real, y = row·inv·w
+      const ev ss = M::dot(row, row);
+      const LD eps = s.rms_eps;
+      const LD inv = 1 / std::sqrt(ss.v / c + eps);
+      const LD inv_lo = 1 / std::sqrt(std::max<LD>(0, ss.v + ss.e) / c + eps);
+      const LD inv_hi = 1 / std::sqrt(std::max<LD>(0, ss.v - ss.e) / c + eps);
+      ev iv = M::from_double(inv, 6);
+      iv.e += std::max(inv_hi - inv, inv - inv_lo) * (1 + M::u);
+      for (index_t k = 0; k < c; ++k) {
+        row[k] = M::mul(row[k], iv);
+        if (p.rms_weight.size()) row[k] = M::mul(row[k], {static_cast<LD>(p.rms_weight[k]), 0});
+      }
+    }
+    if (s.rope.anchor != kc::rope_anchor::none) {
+      LD pos = 0;
+      switch (s.rope.anchor) {
+        case kc::rope_anchor::start: pos = en.block_start; break;
+        case kc::rope_anchor::end: pos = en.block_end; break;
+        case kc::rope_anchor::centre: pos = (LD(en.block_start) + LD(en.block_end)) / 2; break;
+        default: break;
+      }
+      const index_t R = s.rope.rope_dim == 0 ? c : s.rope.rope_dim;
+      for (index_t k = 0; k < R / 2; ++k) {
+        const LD a = pos * std::pow(LD(s.rope.theta), -LD(2 * k) / LD(R));
+        const LD cs = std::cos(a), sn = std::sin(a);
+        ev& x0 = row[static_cast<std::size_t>(c - R + 2 * k)];
+        ev& x1 = row[static_cast<std::size_t>(c - R + 2 * k + 1)];
+        const LD y0 = x0.v * cs - x1.v * sn, y1 = x0.v * sn + x1.v * cs;
+        // angle in double: pow (≤ 1 ulp) and the product: |δa| ≤ 3·u_d·|a|; cos/sin ≤ 1 ulp,
+        // two products and a sum in double, then one rounding to Real
+        const LD mag = std::fabs(x0.v) + std::fabs(x1.v) + x0.e + x1.e;
+        const LD ed = mag * (3 * LD(u_double) * std::fabs(a) + 6 * LD(u_double));
+        const LD e0 = x0.e + x1.e + ed, e1 = e0;
+        x0 = {y0, e0 + M::u * (std::fabs(y0) + e0)};
+        x1 = {y1, e1 + M::u * (std::fabs(y1) + e1)};
+        if (sizeof(Real) == 8) {  // rounding to double is the u above; nothing more
+        }
+      }
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+template <class Real>
+matrix_t<Real> random_x(index_t n, index_t d, std::uint64_t seed) {
+  kvphase::rng::philox_stream s(seed, 99);
+  matrix_t<Real> x(n, d);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t k = 0; k < d; ++k) x(i, k) = static_cast<Real>(s.normal());
+  return x;
+}
+
+template <class Real, class Arch>
+void check_against_reference(const kc::operator_spec& s, const kc::pool_params<Real>& p, const matrix_t<Real>& x,
+                             index_t head, const kc::compress_options& opt = {}) {
+  const auto ref = reference<Real>(s, p, x, head);
+  const matrix_t<Real> y = kc::compress<Real, Arch>(s, p, x, head, opt);
+  REQUIRE(static_cast<std::size_t>(y.rows()) == ref.size());
+  std::size_t bad = 0;
+  double worst = 0;
+  for (index_t e = 0; e < y.rows(); ++e) {
+    REQUIRE(static_cast<std::size_t>(y.cols()) == ref[e].size());
+    for (index_t k = 0; k < y.cols(); ++k) {
+      const ev r = ref[static_cast<std::size_t>(e)][static_cast<std::size_t>(k)];
+      const LD err = std::fabs(static_cast<LD>(y(e, k)) - r.v);
+      const LD tol = r.e * (1 + LD(0x1.0p-10));
+      if (tol > 0) worst = std::max(worst, static_cast<double>(err / tol));
+      if (!(err <= tol)) {
+        if (bad++ < 5) {
+          UNSCOPED_INFO("entry " << e << " channel " << k << ": got " << y(e, k) << " want "
+                                 << static_cast<double>(r.v) << " err " << static_cast<double>(err)
+                                 << " bound " << static_cast<double>(tol));
+        }
+      }
+    }
+  }
+  INFO("worst err/bound = " << worst);
+  if (std::getenv("KVPHASE_SHOW_WORST")) std::printf("%s %s worst %.3g\n", Arch::name(), sizeof(Real) == 4 ? "f" : "d", worst);
+  CHECK(bad == 0);
+}
+
+struct geometry {
+  index_t W, S, origin;
+  kc::grid_convention conv;
+};
+
+template <class Real>
+kc::pool_params<Real> params_for(const kc::operator_spec& s, index_t d, index_t head, index_t out_dim, bool project,
+                                 bool per_slot, bool rms_w, kc::mlp_activation act) {
+  kc::param_init init{.seed = 17,
+                      .project_payload = project,
+                      .out_dim = project ? out_dim : 0,
+                      .bias_std = 0.7,
+                      .per_slot_logits = per_slot,
+                      .mlp_hidden = 9,
+                      .pos_std = 0.3,
+                      .activation = act,
+                      .rms_weight = rms_w};
+  auto p = kc::make_params<Real>(s, d, init, head);
+  if (s.pool == kc::pool_kind::mlp) {  // non-zero biases exercise the bias paths
+    kvphase::rng::philox_stream r(5, 6);
+    for (index_t j = 0; j < p.mlp_b1.size(); ++j) p.mlp_b1[j] = static_cast<Real>(0.2 * r.normal());
+    for (index_t j = 0; j < p.mlp_b2.size(); ++j) p.mlp_b2[j] = static_cast<Real>(0.2 * r.normal());
+  }
+  return p;
+}
+
+template <class Real, class Arch>
+void run_all_kinds() {
+  const std::vector<geometry> geos{{1, 1, 0, kc::grid_convention::v4},  {4, 4, 0, kc::grid_convention::v4},
+                                   {8, 4, 0, kc::grid_convention::v4},  {6, 2, 3, kc::grid_convention::v4},
+                                   {5, 3, -2, kc::grid_convention::v4}, {7, 3, 2, kc::grid_convention::nsa},
+                                   {4, 2, 0, kc::grid_convention::nsa}, {3, 3, 1, kc::grid_convention::v4}};
+  const kc::pool_kind kinds[] = {kc::pool_kind::identity,     kc::pool_kind::mean,       kc::pool_kind::max,
+                                 kc::pool_kind::weights,      kc::pool_kind::slot_gate,  kc::pool_kind::channel_gate,
+                                 kc::pool_kind::two_stream,   kc::pool_kind::mlp};
+  int variant = 0;
+  for (auto kind : kinds) {
+    for (const auto& g : geos) {
+      if (kind == kc::pool_kind::identity && g.W != 1) continue;
+      if (kind != kc::pool_kind::identity && g.W == 1) continue;
+      if (kind == kc::pool_kind::two_stream && (g.W != 2 * g.S || g.conv != kc::grid_convention::v4)) continue;
+      for (index_t d : {index_t(3), index_t(19), index_t(37)}) {
+        ++variant;
+        kc::operator_spec s{.grid = {.window = g.W, .stride = g.S, .origin = g.origin, .convention = g.conv},
+                            .pool = kind};
+        kvphase::rng::philox_stream r(123, static_cast<std::uint64_t>(variant));
+        if (kind == kc::pool_kind::weights) {
+          for (index_t i = 0; i < g.W; ++i) s.slot_weights.push_back(0.1 + r.uniform());
+        }
+        if (kind == kc::pool_kind::slot_gate) {
+          for (index_t i = 0; i < g.W; ++i) s.slot_bias.push_back(2.0 * r.normal());
+        }
+        const bool gated = kind == kc::pool_kind::slot_gate || kind == kc::pool_kind::channel_gate ||
+                           kind == kc::pool_kind::two_stream;
+        // cycle through options with the variant number so every combination appears somewhere
+        if (gated && variant % 3 != 0) s.content_std = 1.5;
+        const bool project = gated && variant % 2 == 0;
+        const bool per_slot = kind == kc::pool_kind::slot_gate && variant % 4 == 1;
+        index_t out_dim = project ? (variant % 3 == 0 ? 8 : d) : 0;
+        if (kind == kc::pool_kind::mlp) out_dim = 0;
+        s.rmsnorm = variant % 3 == 1;
+        const bool rms_w = s.rmsnorm && variant % 2 == 1;
+        const kc::rope_anchor anchors[] = {kc::rope_anchor::none, kc::rope_anchor::start, kc::rope_anchor::end,
+                                           kc::rope_anchor::centre};
+        s.rope.anchor = anchors[variant % 4];
+        s.rope.theta = variant % 2 ? 10000.0 : 160000.0;
+        s.heads = 2;
+        s.head_offsets = {0, index_t(variant % 3) + 1};
+        const auto act = variant % 2 ? kc::mlp_activation::gelu : kc::mlp_activation::relu;
+        for (index_t head = 0; head < 2; ++head) {
+          auto p = params_for<Real>(s, d, head, out_dim, project, per_slot, rms_w, act);
+          const index_t c = p.output_dim(s, d);
+          s.rope.rope_dim = (c % 2 == 0 && variant % 2 == 0) ? c : ((c / 2) * 2 >= 2 ? 2 : 0);
+          if (s.rope.anchor != kc::rope_anchor::none && s.rope.rope_dim == 0 && c % 2 == 1) s.rope.rope_dim = c - 1;
+          const auto x = random_x<Real>(47 + variant % 5, d, static_cast<std::uint64_t>(variant));
+          INFO("arch " << Arch::name() << " real " << (sizeof(Real) == 4 ? "float" : "double") << " " << s
+                       << " head " << head << " " << p);
+          check_against_reference<Real, Arch>(s, p, x, head);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compress: every pool kind matches the reference on every SIMD path", "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    run_all_kinds<float, Arch>();
+    run_all_kinds<double, Arch>();
+  });
+}
+
+TEST_CASE("compress: presets match the reference and have their documented geometry", "[compress][pool][presets]") {
+  for (auto name : kc::preset_names) {
+    const auto s = kc::preset(name);
+    INFO(s);
+    REQUIRE(s.name == name);
+    REQUIRE_NOTHROW(s.validate());
+    const index_t d = 64;
+    const auto p = kc::make_preset_params<float>(s, d, 3);
+    const auto x = random_x<float>(s.grid.window * 2 + 5, d, 11);
+    simd::for_each_arch([&](auto arch) { check_against_reference<float, decltype(arch)>(s, p, x, 0); });
+  }
+  CHECK(kc::v4_csa().grid.window == 8);
+  CHECK(kc::v4_csa().grid.stride == 4);
+  CHECK(kc::v4_csa().pool == kc::pool_kind::two_stream);
+  CHECK(kc::v4_hca().grid.window == 128);
+  CHECK(kc::v4_hca().grid.stride == 128);
+  CHECK(kc::v41().grid.window == 2);
+  CHECK(kc::v41().pool == kc::pool_kind::channel_gate);
+  CHECK(kc::nsa().grid.window == 32);
+  CHECK(kc::nsa().grid.stride == 16);
+  CHECK(kc::nsa().grid.convention == kc::grid_convention::nsa);
+  CHECK(kc::paper_ref().grid.window == 8);
+  CHECK(kc::paper_ref().grid.stride == 8);
+  CHECK(kc::paper_ref().separate_kv);
+  CHECK(kc::paper_ref().pool == kc::pool_kind::slot_gate);
+  CHECK(kc::full().pool == kc::pool_kind::identity);
+  CHECK(kc::v4_csa().rope.anchor == kc::rope_anchor::start);
+  CHECK(kc::v4_csa().rope.rope_dim == 64);
+  CHECK(kc::v4_csa().rope.theta == 160000.0);
+  REQUIRE_THROWS_AS(kc::preset("v5"), kvphase::error);
+  REQUIRE_THROWS_WITH(kc::preset("v5"), Contains("preset"));
+}
+
+// ---- hand-computed cases ---------------------------------------------------------------------------
+// Tolerance for the hand cases: each output is a handful of roundings (two projections of length
+// 2, two exps within 2 ulp, a sum, an FMA chain and a division): ≤ 16 u relative to the largest
+// magnitude involved, which is ≤ 12 here: tol = 16 · u · 12.
+template <class Real>
+double hand_tol() {
+  return 16.0 * std::numeric_limits<Real>::epsilon() / 2 * 12.0;
+}
+
+template <class Real, class Arch>
+void hand_channel_gate() {
+  // d = 2, W = S = 2, identity payload. Tokens x0=(1,2), x1=(3,4), x2=(5,6), x3=(7,8).
+  // Logits Z = X·W_Z with W_Z = diag(ln 2, 0): z_t = (ln2·x_t[0], 0). Bias B (2 × 2) with
+  // B[:,0] = (0, 0), B[:,1] = (ln 3, 0).
+  // Entry 0 (tokens 0, 1):
+  //   channel 0: logits ln2·1, ln2·3 → exp 2, 8 → α = 0.2, 0.8 → 0.2·1 + 0.8·3 = 2.6
+  //   channel 1: logits ln3, 0 → exp 3, 1 → α = 0.75, 0.25 → 0.75·2 + 0.25·4 = 2.5
+  // Entry 1 (tokens 2, 3):
+  //   channel 0: ln2·5, ln2·7 → 32, 128 → α = 0.2, 0.8 → 0.2·5 + 0.8·7 = 6.6
+  //   channel 1: ln3, 0 → α = 0.75, 0.25 → 0.75·6 + 0.25·8 = 6.5
+  kc::operator_spec s{.grid = {.window = 2, .stride = 2}, .pool = kc::pool_kind::channel_gate};
+  kc::pool_params<Real> p;
+  p.w_z.setZero(2, 2);
+  p.w_z(0, 0) = static_cast<Real>(std::log(2.0));
+  p.slot_bias_c.setZero(2, 2);
+  p.slot_bias_c(0, 1) = static_cast<Real>(std::log(3.0));
+  matrix_t<Real> x(4, 2);
+  x << 1, 2, 3, 4, 5, 6, 7, 8;
+  const auto y = kc::compress<Real, Arch>(s, p, x);
+  REQUIRE(y.rows() == 2);
+  REQUIRE(y.cols() == 2);
+  const double want[2][2] = {{2.6, 2.5}, {6.6, 6.5}};
+  for (int e = 0; e < 2; ++e)
+    for (int k = 0; k < 2; ++k) CHECK(std::fabs(double(y(e, k)) - want[e][k]) <= hand_tol<Real>());
+}
+
+template <class Real, class Arch>
+void hand_two_stream() {
+  // d = 2, S = 2, W = 4 (two streams). Tokens x0..x5 = (1,2), (3,4), (5,6), (7,8), (9,10), (11,12).
+  // W_C = [I | 2I] (2 × 4): stream a payload = x, stream b payload = 2x. W_Z empty (zero logits).
+  // Bias B (S × 2c = 2 × 4), columns [a0 a1 | b0 b1], row = the token's slot in its own block:
+  //   B^a[:,0] = (0, 0)      → exp 1, 1        B^b[:,0] = (ln 2, ln 4) → exp 2, 4
+  //   B^a[:,1] = (ln 3, 0)   → exp 3, 1        B^b[:,1] = (0, 0)       → exp 1, 1
+  // Entry i pools tokens 2i−2, 2i−1 (stream a) and 2i, 2i+1 (stream b); N = 6 gives 3 entries.
+  // Entry 0: a-half masked (positions −2, −1).
+  //   ch0: b exps 2, 4 → α = 1/3, 2/3 over payloads 2·1, 2·3 → 2/3 + 4 = 14/3
+  //   ch1: b exps 1, 1 → α = 1/2, 1/2 over payloads 2·2, 2·4 → 6
+  // Entry 1: tokens 0, 1 (a), 2, 3 (b).
+  //   ch0: exps 1, 1, 2, 4 (sum 8) over payloads 1, 3, 10, 14 → (1 + 3 + 20 + 56)/8 = 10
+  //   ch1: exps 3, 1, 1, 1 (sum 6) over payloads 2, 4, 12, 16 → (6 + 4 + 12 + 16)/6 = 19/3
+  // Entry 2: tokens 2, 3 (a), 4, 5 (b).
+  //   ch0: exps 1, 1, 2, 4 over payloads 5, 7, 18, 22 → (5 + 7 + 36 + 88)/8 = 17
+  //   ch1: exps 3, 1, 1, 1 over payloads 6, 8, 20, 24 → (18 + 8 + 20 + 24)/6 = 35/3
+  kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::two_stream};
+  kc::pool_params<Real> p;
+  p.w_c.setZero(2, 4);
+  p.w_c(0, 0) = 1;
+  p.w_c(1, 1) = 1;
+  p.w_c(0, 2) = 2;
+  p.w_c(1, 3) = 2;
+  p.slot_bias_c.setZero(2, 4);
+  p.slot_bias_c(0, 1) = static_cast<Real>(std::log(3.0));
+  p.slot_bias_c(0, 2) = static_cast<Real>(std::log(2.0));
+  p.slot_bias_c(1, 2) = static_cast<Real>(std::log(4.0));
+  matrix_t<Real> x(6, 2);
+  x << 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12;
+  const auto y = kc::compress<Real, Arch>(s, p, x);
+  REQUIRE(y.rows() == 3);
+  REQUIRE(y.cols() == 2);
+  const double want[3][2] = {{14.0 / 3, 6.0}, {10.0, 19.0 / 3}, {17.0, 35.0 / 3}};
+  for (int e = 0; e < 3; ++e)
+    for (int k = 0; k < 2; ++k) {
+      INFO("entry " << e << " channel " << k << " got " << y(e, k));
+      CHECK(std::fabs(double(y(e, k)) - want[e][k]) <= hand_tol<Real>() * 2);  // magnitudes ≤ 24 here
+    }
+}
+
+TEST_CASE("compress: hand-computed channel gate and two-stream V4-CSA (d = 2, S = 2)", "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    INFO(Arch::name());
+    hand_channel_gate<float, Arch>();
+    hand_channel_gate<double, Arch>();
+    hand_two_stream<float, Arch>();
+    hand_two_stream<double, Arch>();
+  });
+}
+
+TEST_CASE("compress: simple pools by hand (mean, max, weights, masked first entry)", "[compress][pool]") {
+  // W = 4, S = 2 (V4): entry 0 pools positions −2 … 1 (two masked slots), entry 1 pools 0 … 3.
+  matrix_t<double> x(4, 1);
+  x << 1, 2, 3, 10;
+  kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::mean};
+  auto y = kc::compress(s, x);
+  REQUIRE(y.rows() == 2);
+  CHECK(y(0, 0) == Approx(1.5));  // (1 + 2)/2: masked slots get weight 0, the rest renormalised
+  CHECK(y(1, 0) == Approx(4.0));  // (1 + 2 + 3 + 10)/4
+  s.pool = kc::pool_kind::max;
+  y = kc::compress(s, x);
+  CHECK(y(0, 0) == 2.0);
+  CHECK(y(1, 0) == 10.0);
+  s.pool = kc::pool_kind::weights;
+  s.slot_weights = {1, 1, 1, 2};  // entry 0: weights (1, 2)/3 on tokens 0, 1 → 5/3
+  y = kc::compress(s, x);
+  CHECK(y(0, 0) == Approx(5.0 / 3));
+  CHECK(y(1, 0) == Approx((1 + 2 + 3 + 20) / 5.0));
+}
+
+// ---- post-processing ---------------------------------------------------------------------------------
+TEST_CASE("position: RMSNorm and RoPE kernels", "[compress][position]") {
+  // RMSNorm of (3, 4) with eps → 0: mean square 12.5 → (3, 4)/sqrt(12.5)
+  std::vector<double> row{3, 4};
+  kc::rms_norm<double>(row.data(), 2, 1e-300);
+  CHECK(row[0] == Approx(3 / std::sqrt(12.5)));
+  CHECK(row[1] == Approx(4 / std::sqrt(12.5)));
+  // RoPE, rope_dim 2 on the last pair of (5, 1, 0): rotated by position·θ^0 = position
+  std::vector<double> v{5, 1, 0};
+  kc::rope_config cfg{.anchor = kc::rope_anchor::start, .theta = 10000, .rope_dim = 2};
+  kc::apply_rope(v.data(), 3, std::acos(-1.0) / 2, cfg);  // quarter turn: (1, 0) → (0, 1)
+  CHECK(v[0] == 5);
+  CHECK(v[1] == Approx(0).margin(1e-15));
+  CHECK(v[2] == Approx(1));
+  // relative-position property: <rope(q, t), rope(k, s)> depends only on t − s
+  kc::rope_config all{.anchor = kc::rope_anchor::start, .theta = 10000, .rope_dim = 0};
+  const auto q0 = random_x<double>(1, 16, 1), k0 = random_x<double>(1, 16, 2);
+  auto dot_at = [&](double t, double s) {
+    matrix_t<double> q = q0, k = k0;
+    kc::apply_rope(q.data(), 16, t, all);
+    kc::apply_rope(k.data(), 16, s, all);
+    return q.row(0).dot(k.row(0));
+  };
+  CHECK(dot_at(10, 3) == Approx(dot_at(107, 100)).epsilon(1e-12));
+  // inverse rotation restores the row
+  matrix_t<double> q = q0;
+  kc::apply_rope(q.data(), 16, 1234.5, all);
+  kc::apply_rope(q.data(), 16, -1234.5, all);
+  CHECK((q - q0).cwiseAbs().maxCoeff() < 1e-12);
+  REQUIRE_THROWS_WITH(kc::apply_rope(v.data(), 3, 1.0, kc::rope_config{.rope_dim = 0}), Contains("rope_dim"));
+  REQUIRE_THROWS_WITH(kc::rms_norm<double>(row.data(), 2, 0.0), Contains("eps"));
+  // anchors under both conventions
+  kc::chunk_grid g{.window = 8, .stride = 4};
+  CHECK(kc::anchor_position(g, 0, kc::rope_anchor::start) == 0);
+  CHECK(kc::anchor_position(g, 2, kc::rope_anchor::start) == 8);
+  CHECK(kc::anchor_position(g, 2, kc::rope_anchor::end) == 11);
+  CHECK(kc::anchor_position(g, 2, kc::rope_anchor::centre) == 9.5);
+  kc::chunk_grid n{.window = 32, .stride = 16, .convention = kc::grid_convention::nsa};
+  CHECK(kc::anchor_position(n, 1, kc::rope_anchor::start) == 16);
+  CHECK(kc::anchor_position(n, 1, kc::rope_anchor::end) == 47);
+  CHECK(kc::anchor_position(n, 1, kc::rope_anchor::centre) == 31.5);
+}
+
+// ---- determinism ------------------------------------------------------------------------------------
+TEST_CASE("compress: bitwise identical for any thread count and store mode", "[compress][pool]") {
+  for (auto name : {"v4_csa", "paper_ref", "nsa"}) {
+    const auto s = kc::preset(name);
+    const auto p = kc::make_preset_params<float>(s, 64, 9);
+    const auto x = random_x<float>(200, 64, 4);
+    const auto a = kc::compress(s, p, x, 0, {.threads = 1, .stores = kc::store_mode::normal});
+    const auto b = kc::compress(s, p, x, 0, {.threads = 2, .stores = kc::store_mode::streaming});
+    const auto c = kc::compress(s, p, x, 0, {.threads = 3, .stores = kc::store_mode::automatic});
+    CHECK(a == b);
+    CHECK(a == c);
+  }
+  kc::operator_spec s{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::weights,
+                      .slot_weights = {1, 2, 3, 4, 4, 3, 2, 1}};
+  const auto x = random_x<float>(4096, 128, 8);
+  const auto a = kc::compress(s, x, 0, {.threads = 1, .stores = kc::store_mode::normal});
+  const auto b = kc::compress(s, x, 0, {.threads = 2, .stores = kc::store_mode::streaming});
+  CHECK(a == b);
+}
+
+TEST_CASE("compress: per-head parameters and grid offsets", "[compress][pool]") {
+  auto s = kc::v41();
+  s.heads = 3;
+  s.head_offsets = {0, 1, 0};
+  const auto ps = kc::make_head_params<double>(s, 64, kc::preset_init(s, 1));
+  const auto x = random_x<double>(21, 64, 3);
+  const auto ys = kc::compress_heads<double>(s, ps, x);
+  REQUIRE(ys.size() == 3);
+  CHECK(ys[0].rows() == 10);  // ⌊21/2⌋
+  CHECK(ys[1].rows() == 11);  // origin 1: entry 0 pools (−1, 0), then … up to (19, 20)
+  CHECK(ys[2].rows() == 10);
+  CHECK(ys[0] != ys[2]);      // different parameters per head
+  CHECK(ys[0] == kc::compress(s, ps[0], x, 0));
+  REQUIRE_THROWS_WITH(kc::compress_heads<double>(s, std::span(ps.data(), 2), x), Contains("params.size()"));
+}
+
+// ---- bad input ----------------------------------------------------------------------------------------
+TEST_CASE("compress: each bad input raises kvphase::error naming the parameter", "[compress][pool][errors]") {
+  const auto x = random_x<float>(16, 4, 1);
+  auto expect = [&](const kc::operator_spec& s, const kc::pool_params<float>& p, const std::string& name,
+                    index_t head = 0) {
+    INFO(s << " expecting " << name);
+    REQUIRE_THROWS_AS(kc::compress(s, p, x, head), kvphase::error);
+    REQUIRE_THROWS_WITH(kc::compress(s, p, x, head), Contains(name));
+  };
+  kc::pool_params<float> none;
+  expect({.grid = {.window = 4, .stride = 0}}, none, "stride");
+  expect({.grid = {.window = 2, .stride = 4}}, none, "window");
+  expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::weights, .slot_weights = {1, 1, 1}}, none,
+         "slot_weights.size()");
+  expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::weights, .slot_weights = {1, NAN, 1, 1}}, none,
+         "slot_weights");
+  expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate, .slot_bias = {0, 1}}, none,
+         "slot_bias.size()");
+  expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate, .slot_bias = {0, 1, INFINITY, 0}},
+         none, "slot_bias");
+  expect({.grid = {.window = 6, .stride = 2}, .pool = kc::pool_kind::two_stream}, none, "window");
+  expect({.grid = {.window = 32, .stride = 32}}, none, "x.rows()");  // the first entry ends at position 31 > 15
+  expect({.grid = {.window = 4, .stride = 4}}, none, "head", 1);
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate};
+    kc::pool_params<float> p;
+    p.content_u.setOnes(3);  // d = 4
+    expect(s, p, "params.content_u.size()");
+    p.content_u.setOnes(4);
+    p.content_u[2] = NAN;
+    expect(s, p, "params.content_u[2]");
+    p.content_u.resize(0);
+    p.slot_u.setOnes(3, 4);
+    expect(s, p, "params.slot_u.rows()");
+  }
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::channel_gate};
+    kc::pool_params<float> p;
+    p.w_c.setOnes(4, 6);
+    p.w_z.setOnes(4, 5);
+    expect(s, p, "params.w_z.cols()");
+    p.w_z.setOnes(4, 6);
+    p.slot_bias_c.setOnes(3, 6);
+    expect(s, p, "params.slot_bias_c.rows()");
+    p.slot_bias_c.setOnes(4, 6);
+    p.w_c(1, 1) = INFINITY;
+    expect(s, p, "params.w_c");
+    p.w_c.setOnes(5, 6);
+    expect(s, p, "params.w_c.rows()");
+  }
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::two_stream};
+    kc::pool_params<float> p;
+    p.w_c.setOnes(4, 5);
+    expect(s, p, "params.w_c.cols()");
+    p.w_c.setOnes(4, 6);
+    p.slot_bias_c.setOnes(4, 6);  // must be S × 2c = 2 × 6
+    expect(s, p, "params.slot_bias_c.rows()");
+  }
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mlp};
+    expect(s, none, "params.mlp_w1");
+    auto p = kc::make_params<float>(s, 4, {});
+    p.mlp_w2.resize(3, 4);
+    p.mlp_w2.setOnes();
+    expect(s, p, "params.mlp_w2.rows()");
+  }
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean};
+    kc::pool_params<float> p;
+    p.w_z.setOnes(4, 4);
+    expect(s, p, "params.w_z");  // not used by mean
+    p.w_z.resize(0, 0);
+    p.rms_weight.setOnes(4);
+    expect(s, p, "params.rms_weight");  // needs spec.rmsnorm
+    s.rmsnorm = true;
+    p.rms_weight.setOnes(3);
+    expect(s, p, "params.rms_weight.size()");
+    s.rmsnorm = false;
+    s.rope = {.anchor = kc::rope_anchor::start, .rope_dim = 6};
+    expect(s, none, "rope.rope_dim");
+    s.rope = {.anchor = kc::rope_anchor::start, .theta = NAN};
+    expect(s, none, "rope.theta");
+  }
+  {
+    kc::operator_spec s{.grid = {.window = 4, .stride = 4}};
+    matrix_t<float> out(3, 4);
+    REQUIRE_THROWS_WITH(kc::compress_into<float>(s, none, kvphase::matrix_view<float>(x.data(), 16, 4),
+                                                 kvphase::matrix_mut_view<float>(out.data(), 3, 4)),
+                        Contains("out.rows()"));
+    matrix_t<float> out2(4, 3);
+    REQUIRE_THROWS_WITH(kc::compress_into<float>(s, none, kvphase::matrix_view<float>(x.data(), 16, 4),
+                                                 kvphase::matrix_mut_view<float>(out2.data(), 4, 3)),
+                        Contains("out.cols()"));
+    REQUIRE_THROWS_WITH(kc::compress(s, none, x, 0, {.threads = -1}), Contains("options.threads"));
+    REQUIRE_THROWS_WITH(kc::make_params<float>(s, 4, {.out_dim = 3}), Contains("init.out_dim"));
+  }
+}
