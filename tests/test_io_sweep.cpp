@@ -1,0 +1,241 @@
+// CSV writer/reader, the sweep output format (CSV and JSON round trips, byte stability) and
+// shard merging (exactness, missing / duplicate shards, mismatched runs).
+#include <catch2/catch.hpp>
+
+#include <kvphase/io/csv.hpp>
+#include <kvphase/io/json.hpp>
+#include <kvphase/io/sweep_format.hpp>
+
+#include <clocale>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace io = kvphase::io;
+
+namespace {
+// Drops every comment line: the data rows only.
+std::string data_lines(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!line.starts_with("#")) out += line + "\n";
+  return out;
+}
+// Drops the provenance: comment lines other than format/analysis/summary.
+std::string without_provenance(const std::string& csv) {
+  std::istringstream in(csv);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!line.starts_with("#") || line.starts_with("# format:") || line.starts_with("# analysis:") ||
+        line.starts_with("# summary"))
+      out += line + "\n";
+  return out;
+}
+
+io::sweep_result example_result(std::int64_t shard = 0, std::int64_t shards = 1) {
+  io::sweep_result r;
+  r.prov = io::make_provenance({{"task", "needle"}, {"stride", 4}, {"threads", 2}}, 42, 2);
+  r.prov.shard_index = shard;
+  r.prov.shard_count = shards;
+  r.analysis = {.modulus = 8, .period = 4, .permutations = 999, .bootstrap_replicates = 500, .seed = 42};
+  r.models = {{"compressed", {100, 100, 100, 100, 100, 100, 100, 100}, {90, 60, 91, 88, 87, 58, 90, 92}, {}},
+              {"full", {100, 100, 100, 100, 100, 100, 100, 100}, {95, 96, 94, 95, 97, 93, 95, 96}, {}}};
+  for (auto& m : r.models) m.extra.push_back({"theory", {0.9, 0.6, 0.9, 0.9, 0.9, 0.6, 0.9, 0.9}});
+  return r;
+}
+
+// Splits counts into `n` shards (each count into near-equal parts that sum to it), as a sharded
+// sweep splits its trials.
+std::vector<io::sweep_result> split(const io::sweep_result& whole, std::int64_t n) {
+  std::vector<io::sweep_result> out;
+  for (std::int64_t s = 0; s < n; ++s) {
+    auto r = whole;
+    r.prov.shard_index = s;
+    r.prov.shard_count = n;
+    r.prov.threads = 1 + static_cast<int>(s);
+    r.prov.config["threads"] = 1 + s;
+    for (auto& m : r.models)
+      for (std::size_t g = 0; g < m.trials.size(); ++g) {
+        const auto part = [&](std::int64_t x) { return x / n + (s < x % n ? 1 : 0); };
+        m.trials[g] = part(whole.models[&m - &r.models[0]].trials[g]);
+        m.hits[g] = part(whole.models[&m - &r.models[0]].hits[g]);
+      }
+    out.push_back(r);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("csv: numbers are locale independent and exact", "[io][csv]") {
+  CHECK(io::format_fixed(0.5, 3) == "0.500");
+  CHECK(io::format_fixed(-0.0, 2) == "0.00");
+  CHECK(io::format_fixed(-1e-12, 4) == "0.0000");
+  CHECK(io::format_fixed(1.0 / 3.0, 10) == "0.3333333333");
+  CHECK(io::format_shortest(0.1) == "0.1");
+  CHECK(io::format_shortest(1e-300) == "1e-300");
+  CHECK(io::parse_double(io::format_shortest(1.0 / 3.0)) == 1.0 / 3.0);
+  CHECK(io::format_shortest(std::nan("")) == "nan");
+  CHECK(io::format_fixed(-HUGE_VAL) == "-inf");
+  const char* old = std::setlocale(LC_NUMERIC, nullptr);
+  const std::string saved = old ? old : "C";
+  if (std::setlocale(LC_NUMERIC, "de_DE.UTF-8")) {  // decimal comma, if installed
+    CHECK(io::format_fixed(0.25, 2) == "0.25");
+    std::setlocale(LC_NUMERIC, saved.c_str());
+  }
+  CHECK_THROWS_WITH(io::parse_double("1,5", "recall"), Catch::Contains("recall"));
+  CHECK_THROWS_WITH(io::parse_int("12x", "trials"), Catch::Contains("trials = 12x"));
+  CHECK_THROWS_WITH(io::format_fixed(1.0, 31), Catch::Contains("digits"));
+}
+
+TEST_CASE("csv: writer quotes what needs quoting and the reader inverts it", "[io][csv]") {
+  std::ostringstream os;
+  io::csv_writer w(os);
+  w.comment("line one\nline two");
+  w.row({"name", "value", "note"});
+  const std::vector<std::vector<std::string>> rows{{"a,b", "1", "say \"hi\""},
+                                                   {"#not a comment", " padded ", "multi\nline"},
+                                                   {"", "x", "plain"}};
+  for (const auto& r : rows) w.row(r);
+  const std::string text = os.str();
+  CHECK(text.starts_with("# line one\n# line two\nname,value,note\n\"a,b\",1,\"say \"\"hi\"\"\"\n"));
+  const auto t = io::parse_csv(text);
+  CHECK(t.comments == std::vector<std::string>{"# line one", "# line two"});
+  CHECK(t.header == std::vector<std::string>{"name", "value", "note"});
+  CHECK(t.rows == rows);
+  CHECK(t.column("note") == 2);
+  CHECK_THROWS_WITH(t.column("absent"), Catch::Contains("absent"));
+  // CRLF and blank lines.
+  const auto c = io::parse_csv("a,b\r\n1,2\r\n\r\n3,4\r\n");
+  CHECK(c.rows == std::vector<std::vector<std::string>>{{"1", "2"}, {"3", "4"}});
+  CHECK_THROWS_WITH(io::parse_csv("a,b\n1,2,3\n", "f.csv"), Catch::Contains("f.csv line") && Catch::Contains("2"));
+  CHECK_THROWS_WITH(io::parse_csv("a\n\"open\n"), Catch::Contains("unterminated"));
+  CHECK_THROWS_WITH(io::parse_csv("a\n\"x\"y\n"), Catch::Contains("after a closing quote"));
+}
+
+TEST_CASE("sweep format: CSV and JSON round trips keep counts, settings and provenance", "[io][sweep]") {
+  const auto r = example_result();
+  for (const char* fmt : {"csv", "json"}) {
+    INFO(fmt);
+    const std::string text = io::sweep_text(r, fmt);
+    const auto back = io::parse_sweep(text, fmt);
+    CHECK(back.models == r.models);
+    CHECK(back.analysis == r.analysis);
+    CHECK(io::to_json(back.prov) == io::to_json(r.prov));
+    // Writing what was read gives the same bytes.
+    CHECK(io::sweep_text(back, fmt) == text);
+  }
+  const std::string csv = io::sweep_text(r, "csv");
+  CHECK(csv.find("\nmodel,phase,trials,hits,recall,ci_low,ci_high,theory\n") != std::string::npos);
+  CHECK(csv.find("\ncompressed,1,100,60,0.6000000000,") != std::string::npos);
+  CHECK(csv.find("# shard: 0/1\n") != std::string::npos);
+  const auto j = io::sweep_to_json(r);
+  const auto& m = j["models"][0];
+  for (const char* k : {"gap", "gap_ci_low", "gap_ci_high", "uniformity_p", "period", "period_p"}) CHECK(m.contains(k));
+  CHECK(m["period"] == 4);
+  CHECK(m["gap"].get<double>() == Approx(0.34));
+  CHECK(m["period_p"].get<double>() == Approx(1.0 / 1000));  // phase 1 is weak: clearly periodic
+  CHECK(j["models"][1]["uniformity_p"].get<double>() > 0.01);
+  CHECK(j["provenance"]["seed"] == 42);
+  CHECK(j["provenance"]["config"]["task"] == "needle");
+  // The statistics agree with the stats module called directly.
+  const auto s = io::summarize(r.models[0], r.analysis);
+  CHECK(m["period_p"].get<double>() == s.periodicity.p);
+  CHECK(m["phases"][1]["ci_low"].get<double>() == s.ci[1].low);
+}
+
+TEST_CASE("sweep format: identical counts give identical bytes apart from provenance", "[io][sweep]") {
+  auto a = example_result();
+  auto b = example_result();
+  b.prov = io::make_provenance({{"task", "needle"}, {"stride", 4}}, 42, 7);
+  b.prov.date = "2000-01-01T00:00:00Z";
+  b.prov.command_line = "another command";
+  CHECK(without_provenance(io::sweep_text(a, "csv")) == without_provenance(io::sweep_text(b, "csv")));
+  auto ja = io::sweep_to_json(a), jb = io::sweep_to_json(b);
+  ja.erase("provenance");
+  jb.erase("provenance");
+  CHECK(ja.dump() == jb.dump());
+}
+
+TEST_CASE("sweep format: bad inputs are rejected with the field named", "[io][sweep]") {
+  auto r = example_result();
+  r.models[1].model = "compressed";
+  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("appears twice"));
+  r = example_result();
+  r.models[0].hits[3] = 101;
+  CHECK_THROWS_WITH(io::sweep_text(r, "json"), Catch::Contains("hits[3]"));
+  r = example_result();
+  r.analysis.period = 3;
+  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("analysis.period"));
+  r = example_result();
+  r.models[0].trials.pop_back();
+  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("trials.size()"));
+  r = example_result();
+  CHECK_THROWS_WITH(io::sweep_text(r, "xml"), Catch::Contains("format = xml"));
+  r.models[1].extra[0].name = "other";
+  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("extra column"));
+  const std::string csv = io::sweep_text(example_result(), "csv");
+  std::string dup = csv + "full,3,10,5,0.5,0.2,0.8,0.9\n";
+  CHECK_THROWS_WITH(io::parse_sweep(dup, "d.csv"), Catch::Contains("d.csv row") && Catch::Contains("twice"));
+  std::string nofmt = csv;
+  nofmt.erase(nofmt.find("# format:"), nofmt.find('\n', nofmt.find("# format:")) - nofmt.find("# format:") + 1);
+  CHECK_THROWS_WITH(io::parse_sweep(nofmt, "n.csv"), Catch::Contains("kvphase-sweep/1"));
+  CHECK_THROWS_WITH(io::parse_sweep("{\"format\": \"other\"}", "x.json"), Catch::Contains("x.json.format"));
+  CHECK_THROWS_WITH(io::parse_sweep("{not json", "y.json"), Catch::Contains("y.json"));
+}
+
+TEST_CASE("merge: shards sum to the single run exactly", "[io][merge]") {
+  const auto whole = example_result();
+  const std::string single = io::sweep_text(whole, "csv");
+  for (std::int64_t n : {1, 2, 3}) {
+    auto shards = split(whole, n);
+    // Read back from text, in shuffled order, mixing CSV and JSON inputs.
+    std::vector<io::sweep_result> parsed;
+    for (std::int64_t s = n - 1; s >= 0; --s)
+      parsed.push_back(io::parse_sweep(io::sweep_text(shards[static_cast<std::size_t>(s)], s % 2 ? "json" : "csv")));
+    const auto merged = io::merge_shards(parsed);
+    CHECK(merged.models == whole.models);
+    CHECK(merged.prov.shard_count == 1);
+    CHECK(merged.prov.merged_from == n);
+    CHECK(data_lines(io::sweep_text(merged, "csv")) == data_lines(single));
+    CHECK(without_provenance(io::sweep_text(merged, "csv")) == without_provenance(single));
+    auto jm = io::sweep_to_json(merged), js = io::sweep_to_json(whole);
+    jm.erase("provenance");
+    js.erase("provenance");
+    CHECK(jm.dump() == js.dump());
+  }
+}
+
+TEST_CASE("merge: missing, duplicate and mismatched shards fail with a clear message", "[io][merge]") {
+  const auto whole = example_result();
+  auto shards = split(whole, 3);
+  const std::vector<std::string> names{"s0.csv", "s1.csv", "s2.csv"};
+  CHECK_THROWS_WITH(io::merge_shards({shards[0], shards[2]}, {"s0.csv", "s2.csv"}),
+                    Catch::Contains("1/3") && Catch::Contains("missing"));
+  CHECK_THROWS_WITH(io::merge_shards({shards[0], shards[1], shards[1], shards[2]}, {"a", "b", "c", "d"}),
+                    Catch::Contains("duplicate") && Catch::Contains("c") && Catch::Contains("b"));
+  auto other_count = shards;
+  other_count[1].prov.shard_count = 4;
+  other_count[1].prov.shard_index = 1;
+  CHECK_THROWS_WITH(io::merge_shards(other_count, names), Catch::Contains("shard count of s1.csv"));
+  auto cfg = shards;
+  cfg[2].prov.config["stride"] = 8;
+  CHECK_THROWS_WITH(io::merge_shards(cfg, names), Catch::Contains("config of s2.csv") && Catch::Contains("/stride"));
+  auto seed = shards;
+  seed[1].prov.seed = 43;
+  CHECK_THROWS_WITH(io::merge_shards(seed, names), Catch::Contains("seed of s1.csv"));
+  auto an = shards;
+  an[1].analysis.permutations = 10;
+  CHECK_THROWS_WITH(io::merge_shards(an, names), Catch::Contains("analysis of s1.csv"));
+  auto git = shards;
+  git[2].prov.git_hash = "deadbeef";
+  CHECK_THROWS_WITH(io::merge_shards(git, names), Catch::Contains("git hash of s2.csv"));
+  CHECK_NOTHROW(io::merge_shards(git, names, {.allow_mixed_builds = true}));
+  auto models = shards;
+  models[1].models.pop_back();
+  CHECK_THROWS_WITH(io::merge_shards(models, names), Catch::Contains("models of s1.csv"));
+  auto extra = shards;
+  extra[1].models[0].extra[0].values[0] = 0.5;
+  CHECK_THROWS_WITH(io::merge_shards(extra, names), Catch::Contains("extra columns of s1.csv"));
+  CHECK_THROWS_WITH(io::merge_shards({}), Catch::Contains("shards"));
+}
