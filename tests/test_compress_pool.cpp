@@ -805,3 +805,50 @@ TEST_CASE("compress: each bad input raises kvphase::error naming the parameter",
     REQUIRE_THROWS_WITH(kc::make_params<float>(s, 4, {.out_dim = 3}), Contains("init.out_dim"));
   }
 }
+
+// ---- incremental form ---------------------------------------------------------------------------------
+TEST_CASE("compress_stream: feeding the sequence in pieces reproduces the one-shot entries exactly",
+          "[compress][pool][stream]") {
+  std::vector<kc::operator_spec> specs;
+  for (auto name : kc::preset_names) specs.push_back(kc::preset(name));
+  specs.push_back({.grid = {.window = 6, .stride = 2, .origin = 3}, .pool = kc::pool_kind::max});
+  specs.push_back({.grid = {.window = 5, .stride = 3, .origin = 4, .convention = kc::grid_convention::nsa},
+                   .pool = kc::pool_kind::mean});
+  specs.push_back({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate,
+                   .slot_bias = {0.5, -1, 2, 0}, .content_std = 1.0});
+  for (const auto& s0 : specs) {
+    auto s = s0;
+    s.heads = 2;
+    s.head_offsets = {0, 3};
+    if (s.grid.window > 64) s.grid = {.window = 16, .stride = 16};  // keep v4_hca-like small
+    const index_t d = 64, N = 150;
+    const auto x = random_x<float>(N, d, 21);
+    for (index_t head = 0; head < 2; ++head) {
+      auto init = kc::preset_init(s, 5);
+      if (s.pool == kc::pool_kind::slot_gate && s.name.empty()) init.project_payload = false;
+      const auto p = kc::make_params<float>(s, d, init, head);
+      const auto whole = kc::compress(s, p, x, head);
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        const auto whole_arch = kc::compress<float, Arch>(s, p, x, head);
+        kc::compress_stream<float, Arch> st(s, p, d, head);
+        matrix_t<float> got(0, whole.cols());
+        kvphase::rng::philox_stream r(77, static_cast<std::uint64_t>(head));
+        index_t pos = 0;
+        while (pos < N) {
+          const index_t k = std::min<index_t>(N - pos, static_cast<index_t>(r.below(13)));  // 0 … 12 tokens
+          const matrix_t<float> piece = x.middleRows(pos, k);
+          const auto rows = st.append(piece);
+          matrix_t<float> next(got.rows() + rows.rows(), got.cols());
+          next << got, rows;
+          got = next;
+          pos += k;
+          CHECK(st.buffered_tokens() <= s.grid.window + 12);
+        }
+        INFO(s << " head " << head << " arch " << Arch::name());
+        CHECK(st.entries_emitted() == whole.rows());
+        CHECK(got == whole_arch);
+      });
+    }
+  }
+}

@@ -663,68 +663,77 @@ inline int resolve_threads(const compress_options& o, std::size_t input_bytes) n
 
 // ---- the API ---------------------------------------------------------------------------------------
 
-/// Compresses x (N × d, token-major) for head `head` of `spec` with that head's parameters `p`
-/// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head).
-/// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
-/// shape or non-finite, a head outside [0, heads), N too small for one complete entry, or an
-/// output of the wrong shape. Deterministic: bitwise identical for any thread count.
-template <class Real, class Arch = simd::default_arch>
-void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
-                   matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {}) {
+namespace detail {
+
+/// Checks everything at the API boundary for input width d and N tokens; returns the number of
+/// complete entries.
+template <class Real>
+index_t validate_call(const operator_spec& spec, const pool_params<Real>& p, index_t N, index_t d, index_t head,
+                      const compress_options& opt, bool need_entry = true) {
   static_assert(is_real_v<Real>, "Real must be float or double");
   spec.validate();
   opt.validate();
   require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
-  const index_t N = x.rows(), d = x.cols();
   require(d >= 1, "x.cols()", d, "input width must be >= 1");
   p.validate(spec, d);
   const chunk_grid g = spec.head_grid(head);
   const index_t E = g.num_entries(N);
-  require(E >= 1, "x.rows()", N,
-          "too few tokens for one complete entry (the first entry ends at position " +
-              std::to_string(g.sources(0).last) + ")");
-  const index_t c = p.output_dim(spec, d);
-  require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
-  require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
+  if (need_entry) {
+    require(E >= 1, "x.rows()", N,
+            "too few tokens for one complete entry (the first entry ends at position " +
+                std::to_string(g.sources(0).last) + ")");
+  }
   if (spec.rope.anchor != rope_anchor::none) {
+    const index_t c = p.output_dim(spec, d);
     const index_t rd = spec.rope.rope_dim == 0 ? c : spec.rope.rope_dim;
     require(rd <= c && rd % 2 == 0, "rope.rope_dim", spec.rope.rope_dim,
             "rotated channels must be even and <= the output width " + std::to_string(c));
   }
+  return E;
+}
 
-  const int nt = detail::resolve_threads(opt, static_cast<std::size_t>(N * d) * sizeof(Real));
-  detail::engine<Real, Arch> eng(spec, p, d, head);
+/// Computes entries [e0, e1) of eng's head from the rows x[0 … nrows) (row i = absolute position
+/// pos0 + i; every source of those entries must lie in [pos0, pos0 + nrows)) into out (row 0 =
+/// entry e0). No checks: callers validate.
+template <class Real, class Arch>
+void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, index_t pos0, index_t e0, index_t e1,
+                 Real* out, const compress_options& opt) {
+  const operator_spec& spec = *eng.spec;
+  const pool_params<Real>& p = *eng.p;
+  const index_t d = eng.d, c = eng.c, E = e1 - e0;
+  if (E <= 0) return;
+  const int nt = resolve_threads(opt, static_cast<std::size_t>(nrows * d) * sizeof(Real));
 
   // Projections (token-wise, computed once per token).
   std::vector<Real> pay_buf, z_buf;
-  typename detail::engine<Real, Arch>::rows_t R{x.data(), d, x.data(), d, nullptr, 0, 0};
+  typename engine<Real, Arch>::rows_t R{x, d, x, d, nullptr, 0, pos0};
   const bool projected = p.w_c.size() && (spec.pool == pool_kind::slot_gate || spec.pool == pool_kind::channel_gate ||
                                           spec.pool == pool_kind::two_stream);
   if (projected) {
-    pay_buf.resize(static_cast<std::size_t>(N * p.w_c.cols()));
-    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_c, pay_buf.data(), nt);
+    pay_buf.resize(static_cast<std::size_t>(nrows * p.w_c.cols()));
+    project_rows<Real, Arch>(x, d, nrows, d, p.w_c, pay_buf.data(), nt);
     R.pay = pay_buf.data();
     R.ldp = p.w_c.cols();
   } else if (spec.pool == pool_kind::two_stream) {
-    // identity payload for both streams: duplicate [x | x] so the b half sits at column offset c
-    pay_buf.resize(static_cast<std::size_t>(N * 2 * d));
-    for (index_t t = 0; t < N; ++t) {
-      std::memcpy(pay_buf.data() + t * 2 * d, x.data() + t * d, static_cast<std::size_t>(d) * sizeof(Real));
-      std::memcpy(pay_buf.data() + t * 2 * d + d, x.data() + t * d, static_cast<std::size_t>(d) * sizeof(Real));
+    // identity payload for both streams: [x | x], so the b half sits at column offset c = d
+    pay_buf.resize(static_cast<std::size_t>(nrows * 2 * d));
+    for (index_t t = 0; t < nrows; ++t) {
+      std::memcpy(pay_buf.data() + t * 2 * d, x + t * d, static_cast<std::size_t>(d) * sizeof(Real));
+      std::memcpy(pay_buf.data() + t * 2 * d + d, x + t * d, static_cast<std::size_t>(d) * sizeof(Real));
     }
     R.pay = pay_buf.data();
     R.ldp = 2 * d;
   }
   if (p.w_z.size()) {
-    z_buf.resize(static_cast<std::size_t>(N * p.w_z.cols()));
-    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_z, z_buf.data(), nt);
+    z_buf.resize(static_cast<std::size_t>(nrows * p.w_z.cols()));
+    project_rows<Real, Arch>(x, d, nrows, d, p.w_z, z_buf.data(), nt);
     R.z = z_buf.data();
     R.ldz = p.w_z.cols();
   }
 
   bool nt_store = false;
   if constexpr (!simd::is_scalar_v<Arch>) {
-    const bool aligned = (reinterpret_cast<std::uintptr_t>(out.data()) % 64 == 0) &&
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(out) % 64 == 0) &&
                          ((static_cast<std::size_t>(c) * sizeof(Real)) % 64 == 0);
     const std::size_t out_bytes = static_cast<std::size_t>(E * c) * sizeof(Real);
     nt_store = aligned && (opt.stores == store_mode::streaming ||
@@ -735,13 +744,12 @@ void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix
   std::vector<std::vector<const Real*>> ptrs(static_cast<std::size_t>(nt));
   for (auto& s : scratch) s.resize(static_cast<std::size_t>(eng.scratch_size));
   for (auto& s : ptrs) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
-  Real* o = out.data();
   auto run = [&](int tid, int n_thr) {
-    const index_t e0 = E * tid / n_thr, e1 = E * (tid + 1) / n_thr;
+    const index_t a = e0 + E * tid / n_thr, b = e0 + E * (tid + 1) / n_thr;
     Real* sc = scratch[static_cast<std::size_t>(tid)].data();
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
-    for (index_t e = e0; e < e1; ++e) eng.entry(R, e, o + e * c, nt_store, sc, pt);
-    if (nt_store) detail::store_fence();
+    for (index_t e = a; e < b; ++e) eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt);
+    if (nt_store) store_fence();
   };
 #if defined(_OPENMP)
   if (nt > 1) {
@@ -753,17 +761,34 @@ void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix
   run(0, 1);
 }
 
+}  // namespace detail
+
+/// Compresses x (N × d, token-major) for head `head` of `spec` with that head's parameters `p`
+/// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head).
+/// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
+/// shape or non-finite, a head outside [0, heads), N too small for one complete entry, or an
+/// output of the wrong shape. Deterministic: bitwise identical for any thread count.
+template <class Real, class Arch = simd::default_arch>
+void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
+                   matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {}) {
+  const index_t N = x.rows(), d = x.cols();
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt);
+  const index_t c = p.output_dim(spec, d);
+  require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
+  require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
+  const detail::engine<Real, Arch> eng(spec, p, d, head);
+  detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt);
+}
+
 /// Allocating form: returns num_entries(N) × output_dim.
 template <class Real, class Arch = simd::default_arch>
 [[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
                                       index_t head = 0, const compress_options& opt = {}) {
-  spec.validate();
-  require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
-  const index_t E = spec.head_grid(head).num_entries(x.rows());
-  require(E >= 1, "x.rows()", x.rows(), "too few tokens for one complete entry");
-  p.validate(spec, x.cols());
-  matrix_t<Real> out(E, p.output_dim(spec, x.cols()));
-  compress_into<Real, Arch>(spec, p, x, matrix_mut_view<Real>(out.data(), out.rows(), out.cols()), head, opt);
+  const index_t N = x.rows(), d = x.cols();
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt);
+  matrix_t<Real> out(E, p.output_dim(spec, d));
+  const detail::engine<Real, Arch> eng(spec, p, d, head);
+  detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt);
   return out;
 }
 
@@ -793,5 +818,64 @@ template <class Real, class Arch = simd::default_arch>
   for (index_t h = 0; h < spec.heads; ++h) out.push_back(compress<Real, Arch>(spec, params[static_cast<std::size_t>(h)], x, h, opt));
   return out;
 }
+
+/// Incremental (cache) form of the compressor: feed the sequence in pieces of any size; each
+/// append returns the entries the new tokens complete (possibly none). The rows returned over all
+/// appends equal compress() of the whole sequence bit for bit, because every entry is a pure
+/// function of its source tokens computed by the same kernel. Only the tokens that entries not
+/// yet emitted still need are kept (fewer than W + the last piece).
+template <class Real, class Arch = simd::default_arch>
+class compress_stream {
+ public:
+  /// Throws kvphase::error for an invalid spec, parameters, head or options (as compress()).
+  compress_stream(operator_spec spec, pool_params<Real> params, index_t d, index_t head = 0,
+                  const compress_options& opt = {})
+      : spec_(std::move(spec)), p_(std::move(params)), d_(d), head_(head), opt_(opt) {
+    detail::validate_call(spec_, p_, 0, d_, head_, opt_, false);
+    grid_ = spec_.head_grid(head_);
+    c_ = p_.output_dim(spec_, d_);
+  }
+
+  /// Appends tokens (k × d, the next k positions) and returns the newly completed entries
+  /// (rows entries_emitted() before … after the call) as a matrix of width output_dim().
+  matrix_t<Real> append(matrix_view<Real> tokens) {
+    require(tokens.cols() == d_, "tokens.cols()", tokens.cols(), "must equal d = " + std::to_string(d_));
+    const index_t k = tokens.rows();
+    buf_.insert(buf_.end(), tokens.data(), tokens.data() + k * d_);
+    n_ += k;
+    const index_t E = grid_.num_entries(n_);
+    matrix_t<Real> out(std::max<index_t>(0, E - next_), c_);
+    if (E > next_) {
+      const detail::engine<Real, Arch> eng(spec_, p_, d_, head_);
+      detail::run_entries<Real, Arch>(eng, buf_.data(), n_ - pos0_, pos0_, next_, E, out.data(), opt_);
+      next_ = E;
+    }
+    // keep the tokens from the first source of the next entry on
+    const index_t keep = std::min(n_, std::max<index_t>(pos0_, grid_.sources(next_).first));
+    if (keep > pos0_) {
+      buf_.erase(buf_.begin(), buf_.begin() + (keep - pos0_) * d_);
+      pos0_ = keep;
+    }
+    return out;
+  }
+  matrix_t<Real> append(const matrix_t<Real>& tokens) {
+    return append(matrix_view<Real>(tokens.data(), tokens.rows(), tokens.cols()));
+  }
+
+  [[nodiscard]] index_t tokens_seen() const noexcept { return n_; }
+  [[nodiscard]] index_t entries_emitted() const noexcept { return next_; }
+  [[nodiscard]] index_t buffered_tokens() const noexcept { return n_ - pos0_; }
+  [[nodiscard]] index_t output_dim() const noexcept { return c_; }
+  [[nodiscard]] const chunk_grid& grid() const noexcept { return grid_; }
+
+ private:
+  operator_spec spec_;
+  pool_params<Real> p_;
+  index_t d_ = 0, head_ = 0, c_ = 0;
+  compress_options opt_;
+  chunk_grid grid_;
+  std::vector<Real> buf_;  ///< tokens pos0_ … n_ − 1, row-major
+  index_t pos0_ = 0, n_ = 0, next_ = 0;
+};
 
 }  // namespace kvphase::compress

@@ -1,0 +1,177 @@
+// Compression throughput against the in-process read roofline (benchmarks/roofline.hpp).
+//
+// Jobs (float, d = 128, N = 131072 tokens = 64 MiB in, 16 MiB out):
+//   gated_w8s4: V4 grid W = 8, S = 4 with fixed slot weights (linear gated pooling; entry 0's
+//               first four slots masked), pool_kind::weights;
+//   mean_w4s4:  W = S = 4 mean.
+// Rows: the library (kvphase::compress::compress_into), and a plain C++ loop as a baseline, at 1
+// and 2 threads, warm (repeated calls on the same buffers) and cold (caches evicted before each
+// call, untimed). Counters:
+//   bytes_per_second  input + output bytes per second,
+//   roofline_frac     time to read the input once (roofline.hpp, same process, same thread
+//                     count, same warm/cold state; mean of the medians measured before and after
+//                     the job) / median time of the job.
+// Variants whose name contains "smoke" use N = 4096 and are run by ctest.
+//
+//   build/<dir>/benchmarks/bench_compress --benchmark_filter=-smoke
+#include <benchmark/benchmark.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <kvphase/compress/compress.hpp>
+
+#include "roofline.hpp"
+
+namespace kc = kvphase::compress;
+using kvphase::index_t;
+
+namespace {
+
+constexpr index_t d = 128;
+
+/// 2 MiB-aligned buffer with transparent huge pages requested, first-touched by `threads`
+/// threads in the static split the kernels use (no page faults inside a timed loop).
+struct buffer {
+  float* p = nullptr;
+  std::size_t n = 0;
+  explicit buffer(std::size_t count, int threads) : n(count) {
+    const std::size_t align = std::size_t(2) << 20;
+    const std::size_t bytes = ((count * sizeof(float) + align - 1) / align) * align;
+    p = static_cast<float*>(std::aligned_alloc(align, bytes));
+    madvise(p, bytes, MADV_HUGEPAGE);
+#pragma omp parallel num_threads(threads)
+    {
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t lo = count * t / nt, hi = count * (t + 1) / nt;
+      for (std::size_t i = lo; i < hi; ++i) p[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    }
+  }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  ~buffer() { std::free(p); }
+};
+
+kc::operator_spec gated_spec() {
+  return kc::operator_spec{.grid = {.window = 8, .stride = 4},
+                           .pool = kc::pool_kind::weights,
+                           .slot_weights = {0.05, 0.1, 0.15, 0.2, 0.2, 0.15, 0.1, 0.05}};
+}
+kc::operator_spec mean_spec() { return kc::operator_spec{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean}; }
+
+/// Baseline: the loop a researcher writes (-O3 -march=native, no intrinsics), rows split
+/// statically over threads.
+void plain_loop(const kc::operator_spec& s, const float* x, index_t n, float* out, int threads) {
+  const index_t W = s.grid.window, S = s.grid.stride, E = s.grid.num_entries(n);
+  std::vector<float> w(static_cast<std::size_t>(W));
+  for (index_t r = 0; r < W; ++r) w[r] = s.pool == kc::pool_kind::mean ? 1.0f / W : static_cast<float>(s.slot_weights[r]);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (index_t e = 0; e < E; ++e) {
+    const index_t first = e * S - (W - S);
+    float* o = out + e * d;
+    if (first < 0) {  // masked leading slots: renormalise over the rest
+      float tot = 0;
+      for (index_t r = -first; r < W; ++r) tot += w[r];
+      for (index_t k = 0; k < d; ++k) {
+        float acc = 0;
+        for (index_t r = -first; r < W; ++r) acc += w[r] / tot * x[(first + r) * d + k];
+        o[k] = acc;
+      }
+      continue;
+    }
+    for (index_t k = 0; k < d; ++k) {
+      float acc = 0;
+      for (index_t r = 0; r < W; ++r) acc += w[r] * x[(first + r) * d + k];
+      o[k] = acc;
+    }
+  }
+}
+
+enum class impl { library, plain };
+
+double roofline_seconds(const float* x, std::size_t n, int threads, bool cold) {
+  if (!cold) return kvphase::bench::read_seconds(x, n, threads, 11);
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    kvphase::bench::evict_caches();
+    t.push_back(kvphase::bench::read_seconds(x, n, threads, 1));
+  }
+  return kvphase::bench::median(t);
+}
+
+void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n_tokens, bool cold) {
+  const int threads = static_cast<int>(st.range(0));
+  const index_t E = s.grid.num_entries(n_tokens);
+  buffer x(static_cast<std::size_t>(n_tokens * d), threads);
+  buffer out(static_cast<std::size_t>(E * d), threads);
+  const kvphase::matrix_view<float> xv(x.p, n_tokens, d);
+  kvphase::matrix_mut_view<float> ov(out.p, E, d);
+  const kc::pool_params<float> none;
+  const kc::compress_options opt{.threads = threads};
+  auto job = [&] {
+    if (which == impl::library) kc::compress_into<float>(s, none, xv, ov, 0, opt);
+    else plain_loop(s, x.p, n_tokens, out.p, threads);
+  };
+  job();  // warm-up (and first touch of any internal state)
+  const double roof_before = roofline_seconds(x.p, x.n, threads, cold);
+  std::vector<double> times;
+  for (auto _ : st) {
+    if (cold) kvphase::bench::evict_caches();
+    const auto t0 = kvphase::bench::clock_type::now();
+    job();
+    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+    times.push_back(sec);
+    st.SetIterationTime(sec);
+    benchmark::ClobberMemory();
+  }
+  const double roof_after = roofline_seconds(x.p, x.n, threads, cold);
+  const double roof = 0.5 * (roof_before + roof_after);
+  const double med = kvphase::bench::median(times);
+  const double bytes = static_cast<double>((n_tokens + E) * d) * sizeof(float);
+  st.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(st.iterations())));
+  st.counters["roofline_frac"] = roof / med;
+  st.counters["median_ms"] = med * 1e3;
+  st.counters["roofline_ms"] = roof * 1e3;
+  st.counters["GBps_median"] = bytes / med * 1e-9;
+  st.SetLabel(kvphase::bench::isa_name());
+}
+
+constexpr index_t n_full = 131072;
+constexpr index_t n_smoke = 4096;
+
+void BM_compress_gated_w8s4(benchmark::State& st) { run(st, gated_spec(), impl::library, n_full, false); }
+void BM_compress_mean_w4s4(benchmark::State& st) { run(st, mean_spec(), impl::library, n_full, false); }
+void BM_plain_loop_gated_w8s4(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_full, false); }
+void BM_plain_loop_mean_w4s4(benchmark::State& st) { run(st, mean_spec(), impl::plain, n_full, false); }
+void BM_compress_gated_w8s4_cold(benchmark::State& st) { run(st, gated_spec(), impl::library, n_full, true); }
+void BM_compress_mean_w4s4_cold(benchmark::State& st) { run(st, mean_spec(), impl::library, n_full, true); }
+void BM_plain_loop_gated_w8s4_cold(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_full, true); }
+void BM_smoke_compress_gated(benchmark::State& st) { run(st, gated_spec(), impl::library, n_smoke, false); }
+void BM_smoke_compress_mean(benchmark::State& st) { run(st, mean_spec(), impl::library, n_smoke, false); }
+void BM_smoke_plain_loop(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_smoke, false); }
+
+}  // namespace
+
+#define KV_FULL(fn) BENCHMARK(fn)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5)
+#define KV_COLD(fn) BENCHMARK(fn)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(15)
+#define KV_SMOKE(fn) BENCHMARK(fn)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3)
+
+KV_FULL(BM_compress_gated_w8s4);
+KV_FULL(BM_compress_mean_w4s4);
+KV_FULL(BM_plain_loop_gated_w8s4);
+KV_FULL(BM_plain_loop_mean_w4s4);
+KV_COLD(BM_compress_gated_w8s4_cold);
+KV_COLD(BM_compress_mean_w4s4_cold);
+KV_COLD(BM_plain_loop_gated_w8s4_cold);
+KV_SMOKE(BM_smoke_compress_gated);
+KV_SMOKE(BM_smoke_compress_mean);
+KV_SMOKE(BM_smoke_plain_loop);
+
+BENCHMARK_MAIN();
