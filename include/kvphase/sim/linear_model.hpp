@@ -1,0 +1,223 @@
+#pragma once
+/// \file sim/linear_model.hpp
+/// Attention of one query over a context whose keys enter only through their scores
+/// s_t = q·k_t: exact for every pool that is linear in the keys (identity, mean, fixed slot
+/// weights, slot-softmax gates with a bias and key-independent content logits), because
+/// q·(Σ_r w_r k_r) = Σ_r w_r s_r. Full attention is the identity pool (W = S = 1).
+///
+/// Items a query at position N (after N context tokens) sees: the complete entries
+/// e = 0 … E−1 (last source ≤ N − 1) and, for a compressed model, the last `window` raw tokens;
+/// one joint softmax with logit β·score over all of them.
+///
+/// Per-token weight of an entry: w(e, r) for slot r of entry e: the spec's slot weights
+/// renormalised over unmasked slots, or (slot gate with content logits) softmax_r(z_t + b_r)
+/// over the unmasked slots, z_t the token's content logit.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/spec.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/simd.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::sim {
+
+/// Whether the linear engines can model `op` exactly.
+inline bool linear_engine_supports(const compress::operator_spec& op) noexcept {
+  using compress::pool_kind;
+  const bool linear = op.pool == pool_kind::identity || op.pool == pool_kind::mean ||
+                      op.pool == pool_kind::weights || op.pool == pool_kind::slot_gate;
+  return linear && !op.rmsnorm && op.heads == 1 && op.rope.anchor == compress::rope_anchor::none &&
+         op.head_offsets.empty() && !op.separate_kv;
+}
+
+/// Per-trial buffers of one linear model (sized once, reused).
+struct linear_buffers {
+  std::vector<float> entry;   ///< entry scores, then exp(β(x − max)) of every item after softmax()
+  std::vector<float> weight;  ///< E × W per-entry slot weights (content-gated pools only)
+  index_t n_entries = 0;
+  index_t n_window = 0;
+  index_t n_tokens = 0;
+  float max_score = 0;
+  double z_sum = 0;
+};
+
+class linear_model {
+ public:
+  linear_model() = default;
+  /// Compressed model from an operator spec, with `window` raw tokens in the joint softmax.
+  linear_model(const compress::operator_spec& op, index_t window) : grid_(op.grid), window_(window) {
+    op.validate();
+    require(linear_engine_supports(op), "pool", compress::to_string(op.pool),
+            "the linear sweep engines need one head of identity, mean, fixed-weight or slot-gate pooling "
+            "without RMSNorm, RoPE or separate K/V");
+    require(window >= 0, "window", window, "must be >= 0");
+    W_ = grid_.window;
+    content_ = op.pool == compress::pool_kind::slot_gate && op.content_std > 0;
+    tau_ = static_cast<float>(op.content_std);
+    bias_.assign(static_cast<std::size_t>(W_), 0.0f);
+    if (op.pool == compress::pool_kind::slot_gate && !op.slot_bias.empty())
+      for (index_t r = 0; r < W_; ++r) bias_[static_cast<std::size_t>(r)] = static_cast<float>(op.slot_bias[static_cast<std::size_t>(r)]);
+    fixed_.assign(static_cast<std::size_t>(W_ * W_), 0.0f);
+    for (index_t m = 0; m < W_; ++m) {
+      const auto w = op.linear_slot_weights(m);
+      for (index_t r = 0; r < W_; ++r) fixed_[static_cast<std::size_t>(m * W_ + r)] = static_cast<float>(w[static_cast<std::size_t>(r)]);
+    }
+  }
+  /// Full attention: every token its own entry.
+  static linear_model full() {
+    linear_model m;
+    m.grid_ = compress::chunk_grid{.window = 1, .stride = 1};
+    m.W_ = 1;
+    m.fixed_.assign(1, 1.0f);
+    m.bias_.assign(1, 0.0f);
+    return m;
+  }
+
+  [[nodiscard]] const compress::chunk_grid& grid() const noexcept { return grid_; }
+  [[nodiscard]] index_t window() const noexcept { return window_; }
+  [[nodiscard]] bool content_gated() const noexcept { return content_; }
+  [[nodiscard]] float content_std() const noexcept { return tau_; }
+
+  /// Pools token scores s[0, N) (content logits z[0, N) when content-gated, else ignored) into
+  /// b.entry[0, E) and appends the window tokens' scores.
+  void pool(const float* s, const float* z, index_t N, linear_buffers& b) const {
+    const index_t E = grid_.num_entries(N);
+    const index_t nw = std::min(window_, N);
+    b.n_entries = E;
+    b.n_window = nw;
+    b.n_tokens = N;
+    if (static_cast<index_t>(b.entry.size()) < E + nw) b.entry.resize(static_cast<std::size_t>(E + nw));
+    float* es = b.entry.data();
+    if (W_ == 1 && grid_.stride == 1) {
+      std::copy(s, s + E, es);
+    } else if (!content_) {
+      for (index_t e = 0; e < E; ++e) {
+        const index_t f = grid_.sources(e).first;
+        const index_t m = std::max<index_t>(0, -f);
+        const float* w = fixed_.data() + m * W_;
+        float acc = 0;
+        for (index_t r = m; r < W_; ++r) acc += w[r] * s[f + r];
+        es[e] = acc;
+      }
+    } else {
+      if (static_cast<index_t>(b.weight.size()) < E * W_) b.weight.resize(static_cast<std::size_t>(E * W_));
+      for (index_t e = 0; e < E; ++e) {
+        const index_t f = grid_.sources(e).first;
+        const index_t m = std::max<index_t>(0, -f);
+        float* w = b.weight.data() + e * W_;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (index_t r = 0; r < m; ++r) w[r] = 0;
+        for (index_t r = m; r < W_; ++r) {
+          w[r] = z[f + r] + bias_[static_cast<std::size_t>(r)];
+          mx = std::max(mx, w[r]);
+        }
+        float sum = 0;
+        for (index_t r = m; r < W_; ++r) {
+          w[r] = std::exp(w[r] - mx);
+          sum += w[r];
+        }
+        float acc = 0;
+        for (index_t r = m; r < W_; ++r) {
+          w[r] /= sum;
+          acc += w[r] * s[f + r];
+        }
+        es[e] = acc;
+      }
+    }
+    std::copy(s + N - nw, s + N, es + E);
+  }
+
+  /// Weight of slot r of entry e (after pool()).
+  [[nodiscard]] float weight(const linear_buffers& b, index_t e, index_t r) const noexcept {
+    if (content_) return b.weight[static_cast<std::size_t>(e * W_ + r)];
+    const index_t m = std::max<index_t>(0, -grid_.sources(e).first);
+    return fixed_[static_cast<std::size_t>(m * W_ + r)];
+  }
+
+  /// Range [lo, hi] of complete entries that contain a token of [a, b) (lo > hi if none).
+  void entries_meeting(const linear_buffers& bf, index_t a, index_t b, index_t& lo, index_t& hi) const {
+    lo = std::numeric_limits<index_t>::max();
+    hi = -1;
+    grid_.for_each_entry_containing(a, [&](index_t e, index_t) { lo = std::min(lo, e); });
+    grid_.for_each_entry_containing(b - 1, [&](index_t e, index_t) { hi = std::max(hi, e); });
+    hi = std::min(hi, bf.n_entries - 1);
+  }
+
+  /// Turns the item scores into exp(β(x − max)) in place and records max and Σ.
+  template <class Arch = simd::default_arch>
+  void softmax(linear_buffers& b, float beta) const {
+    const index_t n = b.n_entries + b.n_window;
+    float* x = b.entry.data();
+    b.max_score = simd::max_value<float, Arch>(x, n);
+    simd::scale<float, Arch>(beta, x, n);
+    b.z_sum = simd::exp_shift_sum<float, Arch>(x, beta * b.max_score, n);
+  }
+
+  /// Output weight of the tokens [a, b): Σ_items p_item · (pooled weight of [a, b) in the item).
+  /// Call after softmax().
+  [[nodiscard]] double span_mass(const linear_buffers& bf, index_t a, index_t b) const {
+    index_t lo, hi;
+    entries_meeting(bf, a, b, lo, hi);
+    double m = 0;
+    for (index_t e = lo; e <= hi; ++e) {
+      const index_t f = grid_.sources(e).first;
+      double w = 0;
+      for (index_t t = std::max(a, f); t < std::min(b, f + W_); ++t) w += weight(bf, e, t - f);
+      m += static_cast<double>(bf.entry[static_cast<std::size_t>(e)]) * w;
+    }
+    const index_t w0 = bf.n_tokens - bf.n_window;
+    for (index_t t = std::max(a, w0); t < b; ++t)
+      m += static_cast<double>(bf.entry[static_cast<std::size_t>(bf.n_entries + t - w0)]);
+    return m / bf.z_sum;
+  }
+
+  /// Output weight of the single token t (after softmax()).
+  [[nodiscard]] double token_mass(const linear_buffers& bf, index_t t) const {
+    double m = 0;
+    grid_.for_each_entry_containing(t, [&](index_t e, index_t r) {
+      if (e < bf.n_entries) m += static_cast<double>(bf.entry[static_cast<std::size_t>(e)]) * weight(bf, e, r);
+    });
+    const index_t w0 = bf.n_tokens - bf.n_window;
+    if (t >= w0) m += static_cast<double>(bf.entry[static_cast<std::size_t>(bf.n_entries + t - w0)]);
+    return m / bf.z_sum;
+  }
+
+  /// Best item score among items meeting [a, b), and best among all others (before softmax()).
+  void best_scores(const linear_buffers& bf, index_t a, index_t b, float& target, float& other) const {
+    index_t lo, hi;
+    entries_meeting(bf, a, b, lo, hi);
+    const float* x = bf.entry.data();
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    target = ninf;
+    other = ninf;
+    for (index_t e = lo; e <= hi; ++e) target = std::max(target, x[e]);
+    other = std::max(simd::max_value<float>(x, std::max<index_t>(0, std::min(lo, bf.n_entries))),
+                     hi + 1 < bf.n_entries ? simd::max_value<float>(x + hi + 1, bf.n_entries - hi - 1) : ninf);
+    if (lo > hi) other = simd::max_value<float>(x, bf.n_entries);
+    const index_t w0 = bf.n_tokens - bf.n_window;
+    for (index_t i = 0; i < bf.n_window; ++i) {
+      const index_t t = w0 + i;
+      const float v = x[bf.n_entries + i];
+      if (t >= a && t < b) target = std::max(target, v);
+      else other = std::max(other, v);
+    }
+  }
+
+ private:
+  compress::chunk_grid grid_{};
+  index_t W_ = 1;
+  index_t window_ = 0;
+  bool content_ = false;
+  float tau_ = 0;
+  std::vector<float> bias_;
+  std::vector<float> fixed_;  // W × W: row m = slot weights with m leading slots masked
+};
+
+}  // namespace kvphase::sim

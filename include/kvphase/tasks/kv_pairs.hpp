@@ -1,0 +1,141 @@
+#pragma once
+/// \file tasks/kv_pairs.hpp
+/// Key–value retrieval over many pairs (the paper's 128K-token experiment: ≈16,000 pairs, the
+/// target grouped by key position mod 8).
+///
+/// Layout of the N context tokens: leading filler, then P pairs in order; pair j is a key span
+/// of k_key tokens followed by a value span of k_value tokens, and is preceded by a filler gap
+/// g_j drawn uniformly from [0, g_max] with g_max chosen so the pairs fill the context (the
+/// remaining filler trails the last pair).
+///
+/// K layout (d channels):
+///  - filler tokens: x_i ~ N(0, I_d) iid;
+///  - key tokens of pair j: κ_j, the pair's key identity, κ_j ~ N(0, I_d) iid over pairs;
+///  - value tokens of pair j: c·κ_j, c = value_key_weight (default 1): a value token carries the
+///    identity of the key before it in K, as an induction head would provide.
+/// V layout: value tokens of pair j carry the codebook vector ν_{code(j)}; key and filler tokens
+/// carry no payload (V row 0). Codebook: `codes` vectors drawn N(0, I_d) and normalised to unit
+/// length per trial; code(j) uniform and independent over pairs.
+/// Query: q = κ_{j*} + σ·ε for the target pair j*.
+/// Readout: o = Σ_items softmax(β·score)_item · pooled V_item; decoded value = the nearest
+/// codebook vector (max o·ν_c for unit vectors); hit = decoded code is code(j*).
+///
+/// Target choice for residue group g (mod M): j* uniform in [P·depth_lo, P·depth_hi]; the gaps
+/// around it are widened by M/2 each (taken from the trailing filler) and the pair is shifted by
+/// the centred residue δ ∈ [−M/2, M/2) that puts its first key token at ≡ origin + g (mod M).
+/// Prompt length, query position and bindings are fixed across groups; the absolute position of
+/// the target has the same distribution in every group up to the nearly uniform δ.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
+#include "kvphase/core/types.hpp"
+#include "kvphase/tasks/needle.hpp"
+
+namespace kvphase::tasks {
+
+struct kv_pairs_config {
+  index_t context = 131072;       ///< N
+  index_t dim = 64;               ///< d
+  index_t pairs = 16000;          ///< P
+  index_t key_span = 2;           ///< tokens per key
+  index_t value_span = 2;         ///< tokens per value
+  index_t codes = 64;             ///< codebook size (≥ 2)
+  double value_key_weight = 1.0;  ///< c
+  double query_noise = 0.0;       ///< σ
+  double logit_scale = 1.0;       ///< β of the readout softmax (0 → 1/√d)
+  double depth_lo = 0.1;          ///< target pair index range as fractions of P
+  double depth_hi = 0.9;
+
+  [[nodiscard]] index_t pair_span() const noexcept { return key_span + value_span; }
+  [[nodiscard]] double beta() const noexcept {
+    return logit_scale > 0 ? logit_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  }
+  /// Largest gap so that P gaps of mean g_max/2 plus 6 standard deviations, the M/2 widening
+  /// and a 64-token reserve fit: Σ g ≤ N − P·span always holds in practice and is enforced.
+  [[nodiscard]] index_t max_gap(index_t modulus) const noexcept {
+    const double free = static_cast<double>(context - pairs * pair_span() - modulus - 64);
+    if (free <= 0) return 0;
+    // mean P·g/2, sd ≈ g·√(P/12): choose g with P·g/2 + 6·g·√(P/12) ≤ free
+    const double P = static_cast<double>(pairs);
+    return static_cast<index_t>(std::floor(free / (P / 2 + 6 * std::sqrt(P / 12))));
+  }
+
+  void validate(index_t modulus = 8) const {
+    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
+    require(pairs >= 2, "pairs", pairs, "must be >= 2");
+    require(key_span >= 1, "key_span", key_span, "must be >= 1");
+    require(value_span >= 1, "value_span", value_span, "must be >= 1 (the value is what is read out)");
+    require(codes >= 2 && codes <= 65536, "codes", codes, "must be in [2, 65536]");
+    require(context <= (index_t(1) << 30), "context", context, "must be <= 2^30");
+    require(context >= pairs * pair_span() + modulus + 64, "context", context,
+            "must hold pairs * (key_span + value_span) + modulus + 64 tokens");
+    require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
+    require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
+    require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
+    require(depth_lo >= 0 && depth_lo <= 1, "depth_lo", depth_lo, "must be in [0, 1]");
+    require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const kv_pairs_config& c) {
+    return os << "kv_pairs_config{context=" << c.context << ", dim=" << c.dim << ", pairs=" << c.pairs
+              << ", key_span=" << c.key_span << ", value_span=" << c.value_span << ", codes=" << c.codes
+              << ", value_key_weight=" << c.value_key_weight << ", query_noise=" << c.query_noise
+              << ", logit_scale=" << c.logit_scale << ", depth=[" << c.depth_lo << "," << c.depth_hi << "]}";
+  }
+};
+
+/// Pair positions of one trial. start[j] = first key token of pair j; target = j*.
+struct kv_layout {
+  std::vector<index_t> start;
+  index_t target = 0;
+};
+
+/// Counter-based uniform integer: element i of the sequence keyed by `key`, in [0, n)
+/// (splitmix64 finaliser, multiply-shift range reduction; bias < n/2^64). Cheap enough to draw
+/// one value per pair of a 16,000-pair context in every trial.
+constexpr std::uint64_t hashed_below(std::uint64_t key, std::uint64_t i, std::uint64_t n) noexcept {
+  const std::uint64_t x = rng::mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+  return static_cast<std::uint64_t>((static_cast<__uint128_t>(x) * n) >> 64);
+}
+
+/// Draws the layout for residue group `group` (mod `modulus`, relative to `origin`) into `out`
+/// (its vector is reused: no allocation once sized). Randomness: the target index from the
+/// Philox stream `s`, the gaps from hashed_below keyed by one draw of `s`.
+inline void kv_pairs_layout(const kv_pairs_config& c, index_t modulus, index_t group, index_t origin,
+                            rng::philox_stream& s, kv_layout& out) {
+  const index_t P = c.pairs;
+  const index_t span = c.pair_span();
+  const index_t gmax = c.max_gap(modulus);
+  const index_t h = modulus / 2;
+  out.start.resize(static_cast<std::size_t>(P));
+  const index_t jlo = static_cast<index_t>(std::floor(c.depth_lo * static_cast<double>(P - 1)));
+  const index_t jhi = std::max(jlo, static_cast<index_t>(std::floor(c.depth_hi * static_cast<double>(P - 1))));
+  const index_t jt = jlo + static_cast<index_t>(s.below(static_cast<std::uint64_t>(jhi - jlo + 1)));
+  out.target = jt;
+  const std::uint64_t gap_key = s.next_u64();
+  const index_t budget = c.context - P * span - 2 * h;  // filler tokens available to the gaps
+  index_t pos = 0, used = 0;
+  for (index_t j = 0; j < P; ++j) {
+    index_t g = gmax > 0 ? static_cast<index_t>(hashed_below(gap_key, static_cast<std::uint64_t>(j),
+                                                              static_cast<std::uint64_t>(gmax + 1)))
+                         : 0;
+    g = std::min(g, budget - used);  // never overflow the context (practically never binds)
+    used += g;
+    pos += g;
+    if (j == jt) pos += h;           // widened gap before the target
+    if (j == jt + 1) pos += h;       // and after it
+    out.start[static_cast<std::size_t>(j)] = pos;
+    pos += span;
+  }
+  // shift the target by the centred residue: it moves inside its widened gaps
+  const index_t p0 = out.start[static_cast<std::size_t>(jt)];
+  out.start[static_cast<std::size_t>(jt)] = p0 + centred_residue_shift(p0 - origin, group, modulus);
+}
+
+}  // namespace kvphase::tasks

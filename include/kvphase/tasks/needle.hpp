@@ -1,0 +1,107 @@
+#pragma once
+/// \file tasks/needle.hpp
+/// Single-needle retrieval.
+///
+/// Context: N tokens at positions 0 … N−1; the query is token N and sees every context token
+/// (full attention) or every complete compressed entry plus an optional raw window
+/// (compressed attention).
+///
+/// K layout (rows of the key matrix, d channels):
+///  - noise tokens: x_i ~ N(0, I_d), iid (isotropic Gaussian keys);
+///  - the needle's key span [p, p + k_key): K row = κ, the target key, κ ~ N(0, I_d) per trial;
+///  - the needle's value span [p + k_key, p + k_key + k_value): K row = c·κ with
+///    c = value_key_weight (default 1: a value token carries the identity of the key before it,
+///    as an induction head provides; 0: its K row is 0, so only the key span is found);
+///  - query: q = κ + σ·ε, ε ~ N(0, I_d), σ = query_noise (0 = the query is exactly the key;
+///    the signal-to-noise ratio of the query is 1/σ²).
+/// V layout: needle tokens (key and value span) carry the payload, all others none, so the
+/// attention mass on the target is the weight the output gives the needle's tokens.
+///
+/// Outcome per model (full or compressed), over the model's items (entries, window tokens):
+///  - hit: the highest-scoring item holds a needle token (its sources meet [p, p + k_key + k_value));
+///  - mass: Σ_items softmax(β·score)_item · (pooled weight of the needle's tokens in the item),
+///    β = logit_scale (0 → 1/√d), i.e. the needle's share of the attention output;
+///  - margin: best needle item score − best other item score (score units q·k).
+///
+/// Placement for a phase sweep with modulus M: p0 is drawn uniformly in [lo, hi] (lo, hi from
+/// the depth range), then shifted by the centred residue δ ∈ [−M/2, M/2) that makes p = p0 + δ
+/// ≡ group (mod M). δ is nearly uniform for every group, so the absolute positions of all
+/// groups have the same mean and spread (to within a fraction of a token).
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::tasks {
+
+/// Outcome of one trial for one model.
+struct trial_outcome {
+  bool hit = false;
+  double mass = 0.0;
+  double margin = 0.0;
+};
+
+struct needle_config {
+  index_t context = 8192;         ///< N context tokens
+  index_t dim = 64;               ///< d
+  index_t key_span = 1;           ///< k_key ≥ 1
+  index_t value_span = 0;         ///< k_value ≥ 0
+  double value_key_weight = 1.0;  ///< c: K row of a value token = c·κ
+  double query_noise = 0.0;       ///< σ ≥ 0
+  double logit_scale = 0.0;       ///< β for the mass (0 → 1/√d)
+  double depth_lo = 0.1;          ///< needle start range as fractions of N
+  double depth_hi = 0.9;
+
+  [[nodiscard]] index_t span() const noexcept { return key_span + value_span; }
+  [[nodiscard]] double beta() const noexcept {
+    return logit_scale > 0 ? logit_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  }
+
+  void validate() const {
+    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
+    require(key_span >= 1, "key_span", key_span, "must be >= 1");
+    require(value_span >= 0, "value_span", value_span, "must be >= 0");
+    require(context >= 2 * span() + 16 && context <= (index_t(1) << 30), "context", context,
+            "must be >= 2 * (key_span + value_span) + 16 and <= 2^30");
+    require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
+    require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
+    require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
+    require(depth_lo >= 0 && depth_lo <= 1, "depth_lo", depth_lo, "must be in [0, 1]");
+    require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const needle_config& c) {
+    return os << "needle_config{context=" << c.context << ", dim=" << c.dim << ", key_span=" << c.key_span
+              << ", value_span=" << c.value_span << ", value_key_weight=" << c.value_key_weight
+              << ", query_noise=" << c.query_noise << ", logit_scale=" << c.logit_scale << ", depth=[" << c.depth_lo
+              << "," << c.depth_hi << "]}";
+  }
+};
+
+/// Centred shift δ ∈ [−M/2, M/2) with p0 + δ ≡ group (mod M).
+constexpr index_t centred_residue_shift(index_t p0, index_t group, index_t modulus) noexcept {
+  const index_t h = modulus / 2;
+  return floor_mod(group - p0 + h, modulus) - h;
+}
+
+/// Needle start for a trial of phase group `group` (mod `modulus`, positions relative to
+/// `origin`): p ≡ origin + group (mod M), the whole needle inside [0, N − reserve), where
+/// `reserve` keeps it out of a raw window at the end of the context.
+inline index_t needle_position(const needle_config& c, index_t modulus, index_t group, index_t origin,
+                               index_t reserve, rng::philox_stream& s) {
+  const index_t N = c.context;
+  const index_t h = modulus / 2;
+  const index_t last_start = N - reserve - c.span() - modulus;  // room for the shift
+  index_t lo = static_cast<index_t>(std::floor(c.depth_lo * static_cast<double>(N))) + h;
+  index_t hi = static_cast<index_t>(std::floor(c.depth_hi * static_cast<double>(N)));
+  hi = std::min(hi, last_start);
+  require(hi >= lo, "context", N, "too short for the needle span, modulus and window at this depth range");
+  const index_t p0 = lo + static_cast<index_t>(s.below(static_cast<std::uint64_t>(hi - lo + 1)));
+  return p0 + centred_residue_shift(p0 - origin, group, modulus);
+}
+
+}  // namespace kvphase::tasks

@@ -1,0 +1,68 @@
+#pragma once
+/// \file tasks/padding.hpp
+/// Prefix padding: the code-completion analogue. A fixed "code" of `code_length` tokens follows
+/// L padding tokens; the query (the completion position) is token N = L + code_length. Two
+/// evidence spans inside the code decide between answer A and answer B:
+///  - A: `span_a` tokens at code offset `offset_a`, K rows = κ_A;
+///  - B: `span_b` tokens at code offset `offset_b`, K rows = κ_B;
+///  - every other token (padding and code) has a noise key x_i ~ N(0, I_d);
+///  - κ_A, κ_B ~ N(0, I_d) normalised to length √d (so neither wins by its norm);
+///  - query q = κ_A + λ·κ_B + σ·ε with λ = strength_b (< 1: full attention prefers A).
+/// V: A's tokens carry answer A's payload, B's tokens answer B's; all others none. The output's
+/// weights on the two payloads are mass_A and mass_B (softmax(β·score) times pooled slot weights).
+/// Outcome: hit = A preferred (mass_A > mass_B), margin = mass_A − mass_B ∈ [−1, 1].
+/// Sweep: L runs over `lengths` consecutive values from `pad_min` (4·S by default in the CLI), so
+/// the evidence's phase moves through every residue four times; group g ↔ L = pad_min + g.
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::tasks {
+
+struct padding_config {
+  index_t code_length = 512;
+  index_t dim = 64;
+  index_t pad_min = 24;     ///< first padding length
+  index_t lengths = 16;     ///< number of consecutive padding lengths
+  index_t offset_a = 128;   ///< A's evidence offset inside the code
+  index_t span_a = 1;
+  index_t offset_b = 258;   ///< B's evidence offset (≡ offset_a + 2 mod 4 and mod 8)
+  index_t span_b = 1;
+  double strength_b = 0.9;  ///< λ
+  double query_noise = 0.0; ///< σ
+  double logit_scale = 0.0; ///< β (0 → 1/√d)
+
+  [[nodiscard]] double beta() const noexcept {
+    return logit_scale > 0 ? logit_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  }
+  [[nodiscard]] index_t context(index_t group) const noexcept { return pad_min + group + code_length; }
+
+  void validate() const {
+    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
+    require(code_length >= 8 && code_length <= (index_t(1) << 28), "code_length", code_length, "must be in [8, 2^28]");
+    require(pad_min >= 0, "pad_min", pad_min, "must be >= 0");
+    require(lengths >= 1 && lengths <= 4096, "lengths", lengths, "must be in [1, 4096]");
+    require(span_a >= 1, "span_a", span_a, "must be >= 1");
+    require(span_b >= 1, "span_b", span_b, "must be >= 1");
+    require(offset_a >= 0 && offset_a + span_a <= code_length, "offset_a", offset_a, "span A must lie inside the code");
+    require(offset_b >= 0 && offset_b + span_b <= code_length, "offset_b", offset_b, "span B must lie inside the code");
+    require(offset_b >= offset_a + span_a || offset_a >= offset_b + span_b, "offset_b", offset_b,
+            "spans A and B must not overlap");
+    require(std::isfinite(strength_b) && strength_b >= 0, "strength_b", strength_b, "must be finite and >= 0");
+    require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
+    require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const padding_config& c) {
+    return os << "padding_config{code_length=" << c.code_length << ", dim=" << c.dim << ", pad_min=" << c.pad_min
+              << ", lengths=" << c.lengths << ", a=" << c.offset_a << "+" << c.span_a << ", b=" << c.offset_b << "+"
+              << c.span_b << ", strength_b=" << c.strength_b << ", query_noise=" << c.query_noise
+              << ", logit_scale=" << c.logit_scale << "}";
+  }
+};
+
+}  // namespace kvphase::tasks
