@@ -2,4 +2,35 @@
 add_test(NAME example.train_phase_quick
   COMMAND train_phase --quick --threads 1 --out ${CMAKE_CURRENT_BINARY_DIR}/train_phase_quick)
 set_tests_properties(example.train_phase_quick PROPERTIES LABELS "example;train"
-  PASS_REGULAR_EXPRESSION "headline: plain periodicity p 0\\.00[0-9]")
+  PASS_REGULAR_EXPRESSION "plain periodic in phase \\(p < 0.01\\): yes, full attention periodic: no")
+
+# kvphase-merge: two shards (CSV + JSON) merge to the unsharded run's bytes (provenance lines
+# aside); a missing shard, a duplicate shard, a mismatched config and a bad flag exit 2.
+set(_kv_merge_data ${PROJECT_SOURCE_DIR}/tests/data/merge)
+set(_kv_merge_out ${CMAKE_CURRENT_BINARY_DIR}/merge_test)
+add_test(NAME example.merge_shards
+  COMMAND sh -c "set -e; mkdir -p '${_kv_merge_out}'; cd '${_kv_merge_out}'
+    '$<TARGET_FILE:kvphase-merge>' '${_kv_merge_data}/whole.csv' --out whole.csv
+    '$<TARGET_FILE:kvphase-merge>' '${_kv_merge_data}/shard_1_of_2.json' '${_kv_merge_data}/shard_0_of_2.csv' --out merged.csv
+    '$<TARGET_FILE:kvphase-merge>' '${_kv_merge_data}/shard_0_of_2.csv' '${_kv_merge_data}/shard_1_of_2.json' --out merged.json
+    grep -v -e '^# [a-z_]*:' -e '^# kvphase ' whole.csv > a.txt
+    grep -v -e '^# [a-z_]*:' -e '^# kvphase ' merged.csv > b.txt
+    cmp a.txt b.txt
+    grep -q '\"merged_from\": 2' merged.json
+    grep -q '^compressed,1,200,121,' merged.csv
+    echo merge-identical")
+set_tests_properties(example.merge_shards PROPERTIES LABELS "example;io" PASS_REGULAR_EXPRESSION "merge-identical")
+foreach(_kv_case
+    "missing|shard_0_of_2.csv|are missing"
+    "duplicate|shard_0_of_2.csv shard_0_of_2.csv shard_1_of_2.json|is a duplicate"
+    "mismatched_config|shard_0_of_2.csv shard_1_of_2_other_config.csv|config of"
+    "bad_flag|--no-such-flag shard_0_of_2.csv|no-such-flag")
+  string(REPLACE "|" ";" _kv_parts "${_kv_case}")
+  list(GET _kv_parts 0 _kv_name)
+  list(GET _kv_parts 1 _kv_args)
+  list(GET _kv_parts 2 _kv_expect)
+  add_test(NAME example.merge_fails_${_kv_name}
+    COMMAND sh -c "cd '${_kv_merge_data}'; '$<TARGET_FILE:kvphase-merge>' ${_kv_args} > /dev/null 2> '${_kv_merge_out}_${_kv_name}.err'; rc=$?; cat '${_kv_merge_out}_${_kv_name}.err'; test $rc -eq 2 && echo exit-2")
+  set_tests_properties(example.merge_fails_${_kv_name} PROPERTIES LABELS "example;io"
+    PASS_REGULAR_EXPRESSION "${_kv_expect}.*exit-2")
+endforeach()
