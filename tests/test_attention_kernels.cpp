@@ -266,3 +266,63 @@ TEST_CASE("attention_params validation names the parameter", "[attention][kernel
   CHECK_THROWS_WITH(att::dense_attention<double>(Q, K, Vbad, {}, O), Catch::Contains("V.rows()"));
   CHECK_THROWS_WITH(att::dense_attention<double>(Q, K, V, {}, Obad), Catch::Contains("O.cols()"));
 }
+
+TEMPLATE_TEST_CASE("few queries over many keys (segmented decode path) match the reference and do not depend "
+                   "on the thread count", "[attention][kernels]", float, double) {
+  using Real = TestType;
+  const index_t n = 9000, d = 24, dv = 10;
+  const auto K = kt::random_matrix<Real>(n, d, 101u);
+  const auto V = kt::random_matrix<Real>(n, dv, 102u);
+  for (index_t M : {1, 3}) {
+    const auto Q = kt::random_matrix<Real>(M, d, 103u + static_cast<unsigned>(M), 2.0);
+    const Real scale = att::default_scale<Real>(d);
+    const std::vector<index_t> ends{n, 4096, 5000};
+    for (bool prefix : {false, true}) {
+      for (double sink : {-inf, 3.0}) {
+        simd::for_each_arch([&](auto arch) {
+          using Arch = decltype(arch);
+          matrix_t<Real> O1(M, dv), O2(M, dv);
+          for (int th : {1, 2}) {
+            att::attend_batch<Real, Arch>(Q.data(), d, M, K.data(), d, V.data(), dv, n, d, dv,
+                                          prefix ? ends.data() : nullptr, scale, static_cast<Real>(sink),
+                                          (th == 1 ? O1 : O2).data(), dv, 256, th);
+          }
+          CHECK((O1.array() == O2.array()).all());
+          for (index_t i = 0; i < M; ++i) {
+            const index_t ni = prefix ? ends[static_cast<std::size_t>(i)] : n;
+            const auto ref = ref_query<Real>(Q, i, K, V, ni, scale, sink, std::ceil(double(ni) / 256.0) + 4);
+            for (index_t c = 0; c < dv; ++c) {
+              INFO("arch " << simd::arch_name<Arch>() << " M=" << M << " prefix=" << prefix << " i=" << i);
+              CHECK(std::fabs(double(O1(i, c)) - ref.o[static_cast<std::size_t>(c)]) <=
+                    ref.bound[static_cast<std::size_t>(c)]);
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("full causal attention in float (fast path): later keys leave earlier outputs bitwise unchanged",
+          "[attention][kernels]") {
+  const index_t n = 150, d = 20, dv = 9;
+  const auto Q = kt::random_matrix<float>(n, d, 111u);
+  const auto K0 = kt::random_matrix<float>(n, d, 112u);
+  const auto V0 = kt::random_matrix<float>(n, dv, 113u);
+  simd::for_each_arch([&](auto arch) {
+    using Arch = decltype(arch);
+    matrix_t<float> base(n, dv);
+    att::full_attention<float, Arch>(Q, K0, V0, att::attention_params{}, base);
+    for (index_t u : {0, 1, 31, 32, 77, 127, 128, 149}) {
+      matrix_t<float> K = K0, V = V0, O(n, dv);
+      K.row(u).array() += 2.0f;
+      V.row(u).array() -= 4.0f;
+      att::full_attention<float, Arch>(Q, K, V, att::attention_params{}, O);
+      INFO("arch " << simd::arch_name<Arch>() << " u=" << u);
+      for (index_t t = 0; t < n; ++t) {
+        if (t < u) CHECK((O.row(t).array() == base.row(t).array()).all());
+        else CHECK((O.row(t) - base.row(t)).cwiseAbs().maxCoeff() > 1e-6f);
+      }
+    }
+  });
+}

@@ -71,6 +71,67 @@ inline int omp_threads(int requested) noexcept {
 }
 }  // namespace detail
 
+namespace detail {
+inline constexpr index_t split_min_queries = 8;  // below this many queries, split the keys
+inline constexpr index_t split_segment = 4096;   // keys per segment (fixed: results do not depend on threads)
+
+/// Few queries over many keys (decode): keys are cut into fixed segments of split_segment; each
+/// (query, segment) pair runs its own online softmax (in parallel), then the segment states of a
+/// query are merged in segment order: m = max_s m_s, l = Σ_s l_s·e^{m_s − m},
+/// acc = Σ_s acc_s·e^{m_s − m}, o = acc / (l + e^{sink − m}). Shapes as attend_batch.
+template <class Real, class Arch>
+void attend_split(const Real* Q, index_t ldq, index_t M, const Real* K, index_t ldk, const Real* V, index_t ldv,
+                  index_t n, index_t d, index_t dv, const index_t* key_end, Real scale, Real sink, Real* O,
+                  index_t ldo, index_t block, int nt) noexcept {
+  const index_t nseg = (n + split_segment - 1) / split_segment;
+  const index_t stride = dv + 3;  // acc[dv], m, l, count
+  std::vector<Real> st_all(static_cast<std::size_t>(M * nseg * stride));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    online_softmax<Real, Arch> st(dv, block);
+#pragma omp for schedule(static)
+    for (index_t w = 0; w < M * nseg; ++w) {
+      const index_t i = w / nseg, sg = w % nseg;
+      const index_t ni = key_end ? key_end[i] : n;
+      const index_t lo = sg * split_segment, hi = std::min(ni, lo + split_segment);
+      st.reset();
+      if (hi > lo) st.add_rows(Q + i * ldq, K + lo * ldk, ldk, V + lo * ldv, ldv, hi - lo, d, scale);
+      Real* dst = st_all.data() + w * stride;
+      std::copy(st.accumulator(), st.accumulator() + dv, dst);
+      dst[dv] = st.running_max();
+      dst[dv + 1] = st.running_sum();
+      dst[dv + 2] = static_cast<Real>(st.keys_seen() > 0);
+    }
+  }
+  for (index_t i = 0; i < M; ++i) {
+    Real m = -std::numeric_limits<Real>::infinity();
+    bool any = false;
+    for (index_t sg = 0; sg < nseg; ++sg) {
+      const Real* src = st_all.data() + (i * nseg + sg) * stride;
+      if (src[dv + 2] > 0) {
+        m = std::max(m, src[dv]);
+        any = true;
+      }
+    }
+    Real* o = O + i * ldo;
+    std::fill(o, o + dv, Real(0));
+    if (!any) continue;
+    Real l = 0;
+    for (index_t sg = 0; sg < nseg; ++sg) {
+      const Real* src = st_all.data() + (i * nseg + sg) * stride;
+      if (src[dv + 2] == 0) continue;
+      const Real f = std::exp(src[dv] - m);
+      l += src[dv + 1] * f;
+      simd::axpy<Real, Arch>(f, src, o, dv);
+    }
+    const Real mm = std::max(m, sink);
+    Real den = l * std::exp(m - mm);
+    if (sink > -std::numeric_limits<Real>::infinity()) den += std::exp(sink - mm);
+    simd::scale<Real, Arch>(std::exp(m - mm) / den, o, dv);
+  }
+}
+}  // namespace detail
+
 /// Batched dense attention kernel (no validation): for i ∈ [0, M),
 ///   O[i] = Σ_{j < key_end[i]} p_ij V[j],  p_i = softmax_with_sink(scale·K[0:key_end[i]] Q[i]).
 ///   Q: [M × ldq] (first d used); K: [n × ldk]; V: [n × ldv] (first dv used); key_end: [M], each
@@ -81,14 +142,17 @@ void attend_batch(const Real* Q, index_t ldq, index_t M, const Real* K, index_t 
                   index_t ldv, index_t n, index_t d, index_t dv, const index_t* key_end, Real scale,
                   Real sink, Real* O, index_t ldo, index_t block, int threads) noexcept {
   if constexpr (detail::flash_avx512_enabled<Real, Arch>) {
-    if (detail::flash_avx512_applicable(M, d, dv, key_end)) {
+    if (detail::flash_avx512_applicable(M, n, d, dv, key_end)) {
       detail::flash_avx512(Q, ldq, M, K, ldk, V, ldv, n, d, dv, key_end, scale, sink, O, ldo,
                            detail::omp_threads(threads));
       return;
     }
   }
-  (void)n;
   const int nt = detail::omp_threads(threads);
+  if (M < detail::split_min_queries && n > detail::split_segment) {
+    detail::attend_split<Real, Arch>(Q, ldq, M, K, ldk, V, ldv, n, d, dv, key_end, scale, sink, O, ldo, block, nt);
+    return;
+  }
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
   {
     online_softmax<Real, Arch> st(dv, block);

@@ -121,6 +121,8 @@ class online_softmax {
   [[nodiscard]] index_t keys_seen() const noexcept { return count_; }
   [[nodiscard]] Real running_max() const noexcept { return m_; }
   [[nodiscard]] Real running_sum() const noexcept { return l_; }
+  /// acc[c] = Σ_j exp(ℓ_j − m)·v_j[c], c ∈ [0, dv): the unnormalised running output.
+  [[nodiscard]] const Real* accumulator() const noexcept { return acc_.data(); }
 
   /// Attends rows [0, n) of K/V.  q: [d]; K: [n × ldk]; V: [n × ldv] (first dv_ channels).
   void add_rows(const Real* q, const Real* K, index_t ldk, const Real* V, index_t ldv, index_t n,
