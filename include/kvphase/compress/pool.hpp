@@ -26,6 +26,12 @@
 ///  - mlp (NSA):   f = concat_r (x_{t_r} + P_r) over the W slots (masked slots: all zero),
 ///                 h = act(W1ᵀ f + b1), out_e = W2ᵀ h + b2; W1 is (W·d) × H, W2 is H × c.
 ///
+/// Content logits come from the parameters (content_u, slot_u, w_z); spec.content_std only tells
+/// make_params how large to draw them (0: no logit map at all, i.e. a content-free gate).
+///
+/// Incremental use: compress_stream feeds the sequence in pieces and returns each entry once it is
+/// complete, bit for bit equal to the one-shot result.
+///
 /// Parallel runs split entries statically over OpenMP threads; every output row is computed by
 /// one thread in a fixed order, so results are bitwise identical for any thread count.
 
