@@ -34,3 +34,38 @@ foreach(_kv_case
   set_tests_properties(example.merge_fails_${_kv_name} PROPERTIES LABELS "example;io"
     PASS_REGULAR_EXPRESSION "${_kv_expect}.*exit-2")
 endforeach()
+# sim: phase sweeps. A gated operator whose slot bias prefers slot 0 makes recall periodic with
+# period S while full attention on the same inputs stays flat (S = 2, 4, 8; 8 phase groups).
+foreach(_s 2 4 8)
+  if(_s EQUAL 2)
+    set(_bias "3,0")
+  elseif(_s EQUAL 4)
+    set(_bias "3,0,0,0")
+  else()
+    set(_bias "3,0,0,0,0,0,0,0")
+  endif()
+  add_test(NAME example.sweep_gated_period_${_s}
+    COMMAND ${CMAKE_COMMAND} -DPROG=$<TARGET_FILE:kvphase-sweep>
+            "-DARGS=--preset;gated;--stride;${_s};--gate-bias;${_bias};--modulus;8;--task;needle;--context;2048;--dim;32;--query-noise;0.5;--trials;400;--threads;2;--seed;1"
+            -DPERIOD=${_s} -DOUT=${CMAKE_CURRENT_BINARY_DIR}/sweep_gated_period_${_s}.json
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_periodicity_check.cmake)
+  set_tests_properties(example.sweep_gated_period_${_s} PROPERTIES LABELS "example;sim")
+endforeach()
+# sim: identical bytes (provenance aside) for 1 vs 2 threads and for 1 run vs 2 merged shards,
+# on each task and engine.
+foreach(_case "needle;key" "kv-pairs;score" "padding;key")
+  list(GET _case 0 _task)
+  list(GET _case 1 _engine)
+  add_test(NAME example.sweep_determinism_${_task}_${_engine}
+    COMMAND ${CMAKE_COMMAND} -DPROG=$<TARGET_FILE:kvphase-sweep> -DMERGE=$<TARGET_FILE:kvphase-merge>
+            "-DARGS=--preset;gated;--gate-bias;1,0,0.5,0;--gate-content-std;0.5;--task;${_task};--engine;${_engine};--context;1024;--pairs;100;--dim;16;--trials;37;--seed;7"
+            -DDIR=${CMAKE_CURRENT_BINARY_DIR}/sweep_determinism_${_task}_${_engine}
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_determinism_check.cmake)
+  set_tests_properties(example.sweep_determinism_${_task}_${_engine} PROPERTIES LABELS "example;sim")
+endforeach()
+# sim: a bad flag value exits 2 with a message naming it.
+add_test(NAME example.sweep_bad_value COMMAND kvphase-sweep --stride 0)
+set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WILL_FAIL TRUE)
+add_test(NAME example.sweep_bad_value_message COMMAND kvphase-sweep --task haystack)
+set_tests_properties(example.sweep_bad_value_message PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "task = haystack")
