@@ -90,7 +90,7 @@ void plain_loop(const kc::operator_spec& s, const float* x, index_t n, float* ou
 
 enum class impl { library, plain };
 
-void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n_tokens, bool cold) {
+void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n_tokens, bool cold, int interleave = 0) {
   const int threads = static_cast<int>(st.range(0));
   const index_t E = s.grid.num_entries(n_tokens);
   buffer x(static_cast<std::size_t>(n_tokens * d), threads);
@@ -98,7 +98,7 @@ void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n
   const kvphase::matrix_view<float> xv(x.p, n_tokens, d);
   kvphase::matrix_mut_view<float> ov(out.p, E, d);
   const kc::pool_params<float> none;
-  const kc::compress_options opt{.threads = threads};
+  const kc::compress_options opt{.threads = threads, .interleave = interleave};
   auto job = [&] {
     if (which == impl::library) kc::compress_into<float>(s, none, xv, ov, 0, opt);
     else plain_loop(s, x.p, n_tokens, out.p, threads);
@@ -139,6 +139,10 @@ void BM_plain_loop_gated_w8s4(benchmark::State& st) { run(st, gated_spec(), impl
 void BM_plain_loop_mean_w4s4(benchmark::State& st) { run(st, mean_spec(), impl::plain, n_full, false); }
 void BM_compress_gated_w8s4_cold(benchmark::State& st) { run(st, gated_spec(), impl::library, n_full, true); }
 void BM_compress_mean_w4s4_cold(benchmark::State& st) { run(st, mean_spec(), impl::library, n_full, true); }
+void BM_compress_gated_w8s4_cold_interleave4(benchmark::State& st) {
+  run(st, gated_spec(), impl::library, n_full, true, 4);
+}
+void BM_compress_mean_w4s4_cold_interleave4(benchmark::State& st) { run(st, mean_spec(), impl::library, n_full, true, 4); }
 void BM_plain_loop_gated_w8s4_cold(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_full, true); }
 void BM_smoke_compress_gated(benchmark::State& st) { run(st, gated_spec(), impl::library, n_smoke, false); }
 void BM_smoke_compress_mean(benchmark::State& st) { run(st, mean_spec(), impl::library, n_smoke, false); }
@@ -156,6 +160,8 @@ KV_FULL(BM_plain_loop_gated_w8s4);
 KV_FULL(BM_plain_loop_mean_w4s4);
 KV_COLD(BM_compress_gated_w8s4_cold);
 KV_COLD(BM_compress_mean_w4s4_cold);
+KV_COLD(BM_compress_gated_w8s4_cold_interleave4);
+KV_COLD(BM_compress_mean_w4s4_cold_interleave4);
 KV_COLD(BM_plain_loop_gated_w8s4_cold);
 KV_SMOKE(BM_smoke_compress_gated);
 KV_SMOKE(BM_smoke_compress_mean);

@@ -689,6 +689,10 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
   const auto a = kc::compress(s, x, 0, {.threads = 1, .stores = kc::store_mode::normal});
   const auto b = kc::compress(s, x, 0, {.threads = 2, .stores = kc::store_mode::streaming});
   CHECK(a == b);
+  const auto c = kc::compress(s, x, 0, {.threads = 1, .stores = kc::store_mode::streaming, .interleave = 4});
+  const auto e = kc::compress(s, x, 0, {.threads = 2, .interleave = 3});
+  CHECK(a == c);
+  CHECK(a == e);
 }
 
 TEST_CASE("compress: per-head parameters and grid offsets", "[compress][pool]") {
@@ -802,6 +806,7 @@ TEST_CASE("compress: each bad input raises kvphase::error naming the parameter",
                                                  kvphase::matrix_mut_view<float>(out2.data(), 4, 3)),
                         Contains("out.cols()"));
     REQUIRE_THROWS_WITH(kc::compress(s, none, x, 0, {.threads = -1}), Contains("options.threads"));
+    REQUIRE_THROWS_WITH(kc::compress(s, none, x, 0, {.interleave = -1}), Contains("options.interleave"));
     REQUIRE_THROWS_WITH(kc::make_params<float>(s, 4, {.out_dim = 3}), Contains("init.out_dim"));
   }
 }
