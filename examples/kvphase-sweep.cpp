@@ -33,8 +33,8 @@ namespace compress = kvphase::compress;
 
 struct cli_options {
   std::string preset = "mean";
-  index_t window = 0;  // chunk window W (0: the preset's)
-  index_t stride = 0;  // S (0: the preset's)
+  index_t window = -1;  // chunk window W (-1: the preset's)
+  index_t stride = -1;  // S (-1: the preset's)
   std::string pool;    // override of the pool kind (mean, slot-gate, weights)
   std::vector<double> gate_bias;
   std::vector<double> slot_weights;
@@ -81,12 +81,12 @@ compress::operator_spec make_operator(const cli_options& o) {
   } else {
     kvphase::fail("preset", p, "must be one of full, mean, gated, v4-csa, v4-hca, v41, nsa, paper-ref");
   }
-  if (o.stride > 0) {
+  if (o.stride != -1) {
     op.grid.stride = o.stride;
-    if (o.window == 0 && op.grid.window < o.stride) op.grid.window = o.stride;
-    if (o.window == 0 && (p == "mean" || p == "gated")) op.grid.window = o.stride;
+    if (o.window == -1 && op.grid.window < o.stride) op.grid.window = o.stride;
+    if (o.window == -1 && (p == "mean" || p == "gated")) op.grid.window = o.stride;
   }
-  if (o.window > 0) op.grid.window = o.window;
+  if (o.window != -1) op.grid.window = o.window;
   if (!o.pool.empty()) {
     if (o.pool == "mean") op.pool = compress::pool_kind::mean;
     else if (o.pool == "slot-gate" || o.pool == "gated") op.pool = compress::pool_kind::slot_gate;
