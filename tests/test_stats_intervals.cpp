@@ -128,3 +128,31 @@ TEST_CASE("intervals: bad input names the parameter", "[stats][intervals]") {
   std::vector<std::int64_t> t3{2, 2, 2};
   CHECK_THROWS_WITH(stats::require_group_counts(h, t3), Catch::Contains("hits.size()"));
 }
+
+TEST_CASE("intervals: exact coverage (Clopper-Pearson never below nominal, Wilson near it)", "[stats][intervals]") {
+  // Coverage at p is Σ_k P(K = k | n, p) · 1[p ∈ CI(k)], computed exactly by summation.
+  const std::int64_t n = 50;
+  std::vector<stats::interval> cp, wi;
+  for (std::int64_t k = 0; k <= n; ++k) {
+    cp.push_back(stats::clopper_pearson_interval(k, n));
+    wi.push_back(stats::wilson_interval(k, n));
+  }
+  double wilson_mean = 0, cp_min = 1;
+  const int grid = 999;
+  for (int i = 1; i <= grid; ++i) {
+    const double p = double(i) / (grid + 1);
+    long double c_cp = 0, c_w = 0;
+    for (std::int64_t k = 0; k <= n; ++k) {
+      const long double pk = std::exp(std::lgamma((long double)n + 1) - std::lgamma((long double)k + 1) -
+                                      std::lgamma((long double)(n - k) + 1) + k * std::log((long double)p) +
+                                      (n - k) * std::log1p(-(long double)p));
+      if (cp[k].low <= p && p <= cp[k].high) c_cp += pk;
+      if (wi[k].low <= p && p <= wi[k].high) c_w += pk;
+    }
+    cp_min = std::min(cp_min, (double)c_cp);
+    wilson_mean += (double)c_w / grid;
+  }
+  CHECK(cp_min >= 0.95 - 1e-9);
+  // Wilson's coverage averaged over p is close to nominal (Brown, Cai & DasGupta 2001, Fig. 5).
+  CHECK(wilson_mean == Approx(0.95).margin(0.01));
+}
