@@ -121,6 +121,7 @@ sim::sweep_config make_config(const cli_options& o) {
   c.seed = o.seed;
   c.threads = o.threads;
   c.shard = sim::shard_spec::parse(o.shard);
+  c.compute_mass = false;  // the output carries counts only
   const index_t S = c.op.grid.stride;
   switch (c.task) {
     case sim::task_kind::needle:

@@ -39,12 +39,15 @@ inline bool linear_engine_supports(const compress::operator_spec& op) noexcept {
 
 /// Per-trial buffers of one linear model (sized once, reused).
 struct linear_buffers {
-  std::vector<float> entry;   ///< entry scores, then exp(β(x − max)) of every item after softmax()
+  std::vector<float> entry;   ///< entry scores then window scores (compressed models)
+  const float* items = nullptr;  ///< the item scores: entry.data(), or the token scores (full)
+  std::vector<float> prob;    ///< exp(β(x − max)) of every item after softmax(β, true)
   std::vector<float> weight;  ///< E × W per-entry slot weights (content-gated pools only)
   index_t n_entries = 0;
   index_t n_window = 0;
   index_t n_tokens = 0;
   float max_score = 0;
+  float beta = 0;
   double z_sum = 0;
 };
 
@@ -93,10 +96,15 @@ class linear_model {
     b.n_entries = E;
     b.n_window = nw;
     b.n_tokens = N;
+    if (W_ == 1 && grid_.stride == 1 && grid_.origin == 0 && nw == 0) {
+      b.items = s;  // identity pooling: the items are the tokens
+      return;
+    }
     if (static_cast<index_t>(b.entry.size()) < E + nw) b.entry.resize(static_cast<std::size_t>(E + nw));
     float* es = b.entry.data();
+    b.items = es;
     if (W_ == 1 && grid_.stride == 1) {
-      std::copy(s, s + E, es);
+      std::copy(s + grid_.sources(0).first, s + grid_.sources(0).first + E, es);
     } else if (!content_) {
       for (index_t e = 0; e < E; ++e) {
         const index_t f = grid_.sources(e).first;
@@ -150,14 +158,49 @@ class linear_model {
     hi = std::min(hi, bf.n_entries - 1);
   }
 
-  /// Turns the item scores into exp(β(x − max)) in place and records max and Σ.
+  /// Softmax normaliser Z = Σ_items exp(β(x − max)); with `store`, also keeps every item's
+  /// exp(β(x − max)) in b.prob (needed by token_mass()). `max` is the largest item score if
+  /// known (e.g. from best_scores()), else NaN.
   template <class Arch = simd::default_arch>
-  void softmax(linear_buffers& b, float beta) const {
+  void softmax(linear_buffers& b, float beta, bool store = false,
+               float max = std::numeric_limits<float>::quiet_NaN()) const {
     const index_t n = b.n_entries + b.n_window;
-    float* x = b.entry.data();
-    b.max_score = simd::max_value<float, Arch>(x, n);
-    simd::scale<float, Arch>(beta, x, n);
-    b.z_sum = simd::exp_shift_sum<float, Arch>(x, beta * b.max_score, n);
+    const float* x = b.items;
+    b.max_score = std::isnan(max) ? simd::max_value<float, Arch>(x, n) : max;
+    b.beta = beta;
+    const float shift = beta * b.max_score;
+    double z = 0;
+    if (store && static_cast<index_t>(b.prob.size()) < n) b.prob.resize(static_cast<std::size_t>(n));
+    float* out = store ? b.prob.data() : nullptr;
+    index_t i = 0;
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      using B = xsimd::batch<float, Arch>;
+      constexpr index_t L = B::size;
+      const B vb(beta), vs(shift);
+      B acc0(0.0f), acc1(0.0f);
+      for (; i + 2 * L <= n; i += 2 * L) {
+        const B e0 = xsimd::exp(xsimd::fms(B::load_unaligned(x + i), vb, vs));
+        const B e1 = xsimd::exp(xsimd::fms(B::load_unaligned(x + i + L), vb, vs));
+        if (out) {
+          e0.store_unaligned(out + i);
+          e1.store_unaligned(out + i + L);
+        }
+        acc0 += e0;
+        acc1 += e1;
+      }
+      z = static_cast<double>(simd::hsum(acc0 + acc1));
+    }
+    for (; i < n; ++i) {
+      const float e = std::exp(std::fma(x[i], beta, -shift));
+      if (out) out[i] = e;
+      z += static_cast<double>(e);
+    }
+    b.z_sum = z;
+  }
+
+  /// exp(β(x_i − max)) of item i (after softmax()).
+  [[nodiscard]] static double item_exp(const linear_buffers& b, index_t i) noexcept {
+    return std::exp(static_cast<double>(b.beta) * (static_cast<double>(b.items[i]) - b.max_score));
   }
 
   /// Output weight of the tokens [a, b): Σ_items p_item · (pooled weight of [a, b) in the item).
@@ -170,22 +213,21 @@ class linear_model {
       const index_t f = grid_.sources(e).first;
       double w = 0;
       for (index_t t = std::max(a, f); t < std::min(b, f + W_); ++t) w += weight(bf, e, t - f);
-      m += static_cast<double>(bf.entry[static_cast<std::size_t>(e)]) * w;
+      m += item_exp(bf, e) * w;
     }
     const index_t w0 = bf.n_tokens - bf.n_window;
-    for (index_t t = std::max(a, w0); t < b; ++t)
-      m += static_cast<double>(bf.entry[static_cast<std::size_t>(bf.n_entries + t - w0)]);
+    for (index_t t = std::max(a, w0); t < b; ++t) m += item_exp(bf, bf.n_entries + t - w0);
     return m / bf.z_sum;
   }
 
-  /// Output weight of the single token t (after softmax()).
+  /// Output weight of the single token t (after softmax(β, true)).
   [[nodiscard]] double token_mass(const linear_buffers& bf, index_t t) const {
     double m = 0;
     grid_.for_each_entry_containing(t, [&](index_t e, index_t r) {
-      if (e < bf.n_entries) m += static_cast<double>(bf.entry[static_cast<std::size_t>(e)]) * weight(bf, e, r);
+      if (e < bf.n_entries) m += static_cast<double>(bf.prob[static_cast<std::size_t>(e)]) * weight(bf, e, r);
     });
     const index_t w0 = bf.n_tokens - bf.n_window;
-    if (t >= w0) m += static_cast<double>(bf.entry[static_cast<std::size_t>(bf.n_entries + t - w0)]);
+    if (t >= w0) m += static_cast<double>(bf.prob[static_cast<std::size_t>(bf.n_entries + t - w0)]);
     return m / bf.z_sum;
   }
 
@@ -193,7 +235,7 @@ class linear_model {
   void best_scores(const linear_buffers& bf, index_t a, index_t b, float& target, float& other) const {
     index_t lo, hi;
     entries_meeting(bf, a, b, lo, hi);
-    const float* x = bf.entry.data();
+    const float* x = bf.items;
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     target = ninf;
     other = ninf;

@@ -92,6 +92,8 @@ struct sweep_config {
   std::uint64_t seed = 1;
   int threads = 0;           ///< 0: all available
   shard_spec shard{};
+  bool compute_mass = true;  ///< needle: also the attention mass (padding and kv-pairs always need it);
+                             ///< does not change any draw or hit
 
   /// Number of groups: the modulus (needle, kv-pairs) or the padding lengths.
   [[nodiscard]] index_t groups() const noexcept {
@@ -250,15 +252,17 @@ inline void fill(normal_generator& g, std::vector<float>& v, index_t n) {
 
 /// Needle outcome for one model (token scores already in place; pooled into buf).
 inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers& buf, const float* s, const float* z,
-                                           index_t N, index_t a, index_t b, float beta) {
+                                           index_t N, index_t a, index_t b, float beta, bool mass) {
   m.pool(s, z, N, buf);
   float bt, bo;
   m.best_scores(buf, a, b, bt, bo);
   tasks::trial_outcome o;
   o.hit = bt > bo;
   o.margin = static_cast<double>(bt) - static_cast<double>(bo);
-  m.softmax(buf, beta);
-  o.mass = m.span_mass(buf, a, b);
+  if (mass) {
+    m.softmax(buf, beta, false, std::max(bt, bo));
+    o.mass = m.span_mass(buf, a, b);
+  }
   return o;
 }
 
@@ -310,8 +314,8 @@ class trial_runner {
     for (index_t i = 0; i < t.value_span; ++i)
       w.s[static_cast<std::size_t>(p + t.key_span + i)] = static_cast<float>(t.value_key_weight * qk);
     const float beta = static_cast<float>(t.beta());
-    oc = detail::needle_outcome(comp_, w.comp, w.s.data(), w.z.data(), N, p, p + t.span(), beta);
-    of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta);
+    oc = detail::needle_outcome(comp_, w.comp, w.s.data(), w.z.data(), N, p, p + t.span(), beta, c_.compute_mass);
+    of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
   }
 
   void kv(index_t g, rng::philox_stream& ps, normal_generator& gen, tasks::trial_outcome& oc, tasks::trial_outcome& of) {
@@ -358,7 +362,7 @@ class trial_runner {
     auto& w = ws_;
     const index_t N = t.context, P = t.pairs, C = t.codes;
     m.pool(w.s.data(), z, N, buf);
-    m.softmax(buf, beta);
+    m.softmax(buf, beta, true);
     w.code_weight.assign(static_cast<std::size_t>(C), 0.0);
     double target_mass = 0;
     for (index_t j = 0; j < P; ++j) {

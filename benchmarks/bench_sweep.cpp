@@ -1,0 +1,129 @@
+// Phase-sweep throughput, as fractions of the library's own Gaussian generator measured in the
+// same process (reference/performance.md §1 job C):
+//   BM_generator/threads:T        normals/s of sim::normal_generator (per core and total);
+//   BM_key_space/threads:T        needle trials/s at N = 8192, d = 64, W = S = 4 mean, compressed
+//                                 and full models on the same keys; gen_frac = trials/s × normals
+//                                 per trial / generator normals/s at the same thread count;
+//   BM_score_space/threads:T      the same trials by the exact score-space engine (N normals);
+//   *_smoke                       tiny versions for ctest.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <kvphase/sim/noise_scores.hpp>
+#include <kvphase/sim/normal.hpp>
+#include <kvphase/sim/sweep.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "roofline.hpp"
+
+namespace {
+
+using kvphase::index_t;
+namespace sim = kvphase::sim;
+
+/// Median normals/s of the generator on `threads` threads (private 128 KiB buffers, warm).
+double generator_rate(int threads, double seconds = 0.05) {
+  const index_t n = 32768;
+  std::vector<double> reps;
+  for (int r = 0; r < 5; ++r) {
+    std::int64_t total = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      std::vector<float> buf(static_cast<std::size_t>(n));
+      sim::normal_generator g(1, static_cast<std::uint64_t>(omp_get_thread_num()));
+      g.fill(buf.data(), n);  // touch
+      const auto start = std::chrono::steady_clock::now();
+      while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+        for (int k = 0; k < 16; ++k) g.fill(buf.data(), n);
+        total += 16 * n;
+      }
+      kvphase::bench::keep(buf[7]);
+    }
+    reps.push_back(static_cast<double>(total) /
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return kvphase::bench::median(reps);
+}
+
+double cached_generator_rate(int threads) {
+  static std::map<int, double> rates;
+  auto it = rates.find(threads);
+  if (it == rates.end()) it = rates.emplace(threads, generator_rate(threads)).first;
+  return it->second;
+}
+
+void BM_generator(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  double rate = 0;
+  for (auto _ : state) rate = generator_rate(threads, 0.02);
+  state.counters["normals_per_s"] = rate;
+  state.counters["normals_per_s_per_core"] = rate / threads;
+}
+
+sim::sweep_config needle_config(index_t N, sim::engine_kind e, int threads, index_t trials_per_group) {
+  sim::sweep_config c;
+  c.task = sim::task_kind::needle;
+  c.needle = {.context = N, .dim = 64};
+  c.op = {.grid = {.window = 4, .stride = 4}, .pool = kvphase::compress::pool_kind::mean};
+  c.engine = e;
+  c.threads = threads;
+  c.trials = trials_per_group;
+  c.compute_mass = false;  // as kvphase-sweep runs it: hits and margins
+  return c;
+}
+
+void run_trials(benchmark::State& state, index_t N, sim::engine_kind e, index_t trials_per_group) {
+  const int threads = static_cast<int>(state.range(0));
+  const double gen = cached_generator_rate(threads);
+  auto c = needle_config(N, e, threads, trials_per_group);
+  std::int64_t trials = 0;
+  std::uint64_t seed = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    c.seed = seed++;
+    const auto r = sim::run_sweep(c);
+    trials += r.total_trials();
+    benchmark::DoNotOptimize(r.compressed.data());
+  }
+  // normals per trial: the query key (⌈d/32⌉ blocks) and the noise keys or scores
+  const index_t d = c.needle.dim;
+  const double normals = static_cast<double>(((d + 31) / 32) * 32) +
+                         (e == sim::engine_kind::key ? static_cast<double>(sim::key_space_normals(N, d))
+                                                     : static_cast<double>(((N + 31) / 32) * 32));
+  state.counters["trials_per_s"] = benchmark::Counter(static_cast<double>(trials), benchmark::Counter::kIsRate);
+  state.counters["normals_per_trial"] = normals;
+  state.counters["gen_normals_per_s"] = gen;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state.counters["gen_frac"] = static_cast<double>(trials) * normals / secs / gen;
+  state.SetItemsProcessed(trials);
+}
+
+void BM_key_space(benchmark::State& state) { run_trials(state, 8192, sim::engine_kind::key, 64); }
+void BM_score_space(benchmark::State& state) { run_trials(state, 8192, sim::engine_kind::score, 2048); }
+void BM_key_space_smoke(benchmark::State& state) { run_trials(state, 1024, sim::engine_kind::key, 4); }
+void BM_score_space_smoke(benchmark::State& state) { run_trials(state, 1024, sim::engine_kind::score, 16); }
+void BM_generator_smoke(benchmark::State& state) {
+  for (auto _ : state) {
+    std::vector<float> buf(4096);
+    sim::normal_generator g(1, 2);
+    g.fill(buf.data(), 4096);
+    benchmark::DoNotOptimize(buf.data());
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_generator)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_key_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_score_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_key_space_smoke)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_score_space_smoke)->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_generator_smoke)->UseRealTime();
+
+BENCHMARK_MAIN();
