@@ -143,7 +143,14 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
 
   const Real scale = p.attn.scale_for<Real>(d);
   const Real sink = static_cast<Real>(p.attn.sink);
-  const int nt = detail::omp_threads(p.attn.threads);
+  // work estimate: every query attends at most its visible entries + window + selected tokens
+  double work = 0;
+  for (index_t i = 0; i < M; ++i) {
+    const index_t t = tpos[static_cast<std::size_t>(i)];
+    work += double(std::min(grid.num_visible(t), E) + std::min(p.window, t + 1)) +
+            (sel.blocks ? double(sel.blocks->of(i).size() * static_cast<std::size_t>(p.select_block)) : 0.0);
+  }
+  const int nt = detail::threads_for(p.attn.threads, work * double(d + dv));
   const bool joint = p.combine == combine_mode::joint;
 
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)

@@ -69,6 +69,11 @@ inline int omp_threads(int requested) noexcept {
   return 1;
 #endif
 }
+/// Threads worth starting for `work` multiply-adds: small calls run on one thread (a parallel
+/// region costs microseconds, and far more on a loaded machine). Results never depend on it.
+inline int threads_for(int requested, double work) noexcept {
+  return work < 262144.0 ? 1 : omp_threads(requested);
+}
 }  // namespace detail
 
 namespace detail {
@@ -144,11 +149,11 @@ void attend_batch(const Real* Q, index_t ldq, index_t M, const Real* K, index_t 
   if constexpr (detail::flash_avx512_enabled<Real, Arch>) {
     if (detail::flash_avx512_applicable(M, n, d, dv, key_end)) {
       detail::flash_avx512(Q, ldq, M, K, ldk, V, ldv, n, d, dv, key_end, scale, sink, O, ldo,
-                           detail::omp_threads(threads));
+                           detail::threads_for(threads, double(M) * double(n) * double(d + dv)));
       return;
     }
   }
-  const int nt = detail::omp_threads(threads);
+  const int nt = detail::threads_for(threads, double(M) * double(n) * double(d + dv));
   if (M < detail::split_min_queries && n > detail::split_segment) {
     detail::attend_split<Real, Arch>(Q, ldq, M, K, ldk, V, ldv, n, d, dv, key_end, scale, sink, O, ldo, block, nt);
     return;
