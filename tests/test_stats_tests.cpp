@@ -144,6 +144,43 @@ TEST_CASE("periodicity: at modulus = period the harmonic score test is Pearson's
   CHECK(r.cycles == 1.0);
 }
 
+TEST_CASE("periodicity: folded and harmonic-regression forms agree", "[stats][periodicity]") {
+  // For S = 2 and S = 3 the harmonics set is the fundamental alone, so the folded Pearson form
+  // (harmonics) and the eigen-decomposed score test (fundamental) must give the same T.
+  stats::periodicity_options h{.statistic = stats::periodicity_statistic::harmonics,
+                               .reference = stats::periodicity_reference::chi_square};
+  stats::periodicity_options f{.statistic = stats::periodicity_statistic::fundamental,
+                               .reference = stats::periodicity_reference::chi_square};
+  const counts hits{40, 55, 47, 61, 38, 50, 44, 52, 39, 60, 41, 58}, trials{100, 110, 90, 120, 100, 100,
+                                                                           95, 105, 100, 99, 101, 97};
+  for (std::int64_t S : {2, 3}) {
+    const auto a = stats::periodicity_test(hits, trials, 12, S, h);
+    const auto b = stats::periodicity_test(hits, trials, 12, S, f);
+    INFO("S = " << S);
+    CHECK(a.dof == S - 1);
+    CHECK(b.dof == S - 1);
+    CHECK(a.statistic == Approx(b.statistic).epsilon(1e-10));
+  }
+  // Fundamental at S = 4 with equal groups: T = |U|² / (v · N/2 · …) by hand — the cosine and
+  // sine columns are orthogonal with Σ n x² = n·M/2 each, so T = (U_c² + U_s²) / (v n M / 2).
+  const counts t8(8, 50), h8{30, 20, 25, 26, 33, 18, 24, 27};
+  double Y = 0, uc = 0, us = 0;
+  for (int g = 0; g < 8; ++g) Y += h8[g];
+  const double pb = Y / 400, v = pb * (1 - pb);
+  for (int g = 0; g < 8; ++g) {
+    uc += (h8[g] - 50 * pb) * std::cos(2 * std::numbers::pi * g / 4);
+    us += (h8[g] - 50 * pb) * std::sin(2 * std::numbers::pi * g / 4);
+  }
+  const auto r = stats::periodicity_test(h8, t8, 8, 4, f);
+  CHECK(r.dof == 2);
+  CHECK(r.statistic == Approx((uc * uc + us * us) / (v * 50 * 8 / 2.0)).epsilon(1e-10));
+  CHECK(r.p == Approx(std::exp(-r.statistic / 2)).epsilon(1e-10));
+  // Harmonics at S = 4 over 8 groups = Pearson on the table folded mod 4.
+  const counts hf{h8[0] + h8[4], h8[1] + h8[5], h8[2] + h8[6], h8[3] + h8[7]}, tf(4, 100);
+  CHECK(stats::periodicity_test(h8, t8, 8, 4, h).statistic ==
+        Approx(stats::uniformity_test(hf, tf).statistic).epsilon(1e-12));
+}
+
 TEST_CASE("periodicity: effect size of a pure cosine", "[stats][periodicity]") {
   // recall_g = 0.5 + 0.2 cos(2π(g − 1)/4), equal groups: amplitude 0.2, peak at phase 1.
   const std::int64_t n = 1000000;

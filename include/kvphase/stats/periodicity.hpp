@@ -16,8 +16,11 @@
 /// tested against the flat model (all b, c = 0) with the SCORE test at the pooled recall p̂:
 ///   U = Xᵀ (y − n p̂),   I = p̂ (1 − p̂) [ Xᵀ diag(n) X − (Xᵀ n)(nᵀ X) / N ],   T = Uᵀ I⁺ U,
 /// with dof = rank(I) (sine columns vanish at h = S/2). Two choices of H:
-/// - harmonics (default): H = ⌊S/2⌋, every S-periodic pattern, dof ≤ S − 1. For M = S this T
-///   equals Pearson's X² exactly. Good against any shape (a single weak phase, a step, …).
+/// - harmonics (default): H = ⌊S/2⌋, every S-periodic pattern, dof ≤ S − 1. These columns span
+///   exactly the functions of the phase class g mod S, so T equals Pearson's X² on the table
+///   folded mod S (classes c = g mod S, counts summed over the M/S groups of a class); it is
+///   computed that way, O(M) per permutation. For M = S it is the test of unequal recall.
+///   Good against any shape (a single weak phase, a step, …).
 /// - fundamental: H = 1, the DFT bin at 1/S only (2 dof, 1 at S = 2). More powerful when the
 ///   pattern is close to a sinusoid, blind to patterns with no fundamental component.
 /// The score test needs no iterative fit, weights groups by their trial counts, and stays
@@ -49,6 +52,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <functional>
 #include <cstdint>
 #include <numbers>
 #include <ostream>
@@ -134,7 +138,6 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
   r.cycles = static_cast<double>(modulus) / static_cast<double>(period);
   const std::size_t M = trials.size();
   const double S = static_cast<double>(period);
-  const std::int64_t H = options.statistic == periodicity_statistic::harmonics ? period / 2 : 1;
   const bool permute = options.reference == periodicity_reference::permutation;
   auto describe = [&] {
     std::string t = options.statistic == periodicity_statistic::harmonics ? "harmonic" : "fundamental";
@@ -178,15 +181,38 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
     }
   }
 
-  // Design columns, centred with trial weights: Xc_j(g) = x_j(g) − Σ n x_j / N.
-  std::vector<std::vector<double>> cols;
-  for (std::int64_t h = 1; h <= H; ++h) {
-    const bool nyquist = 2 * h == period;
-    for (int kind = 0; kind < (nyquist ? 1 : 2); ++kind) {
+  // The statistic T(y) as a function of the per-group hits (totals fixed).
+  std::function<double(std::span<const std::int64_t>)> statistic_of;
+  std::vector<double> class_trials;
+  Eigen::MatrixXd Q;
+  if (options.statistic == periodicity_statistic::harmonics) {
+    // All harmonics of 1/S span exactly the functions of (g mod S), so the score test equals
+    // the score test of a phase-class factor: Pearson's X² on the table folded mod S.
+    class_trials.assign(static_cast<std::size_t>(period), 0.0);
+    for (std::size_t g = 0; g < M; ++g) class_trials[g % static_cast<std::size_t>(period)] += static_cast<double>(trials[g]);
+    int classes = 0;
+    for (double n : class_trials) classes += n > 0.0;
+    r.dof = std::max(classes - 1, 0);
+    statistic_of = [&](std::span<const std::int64_t> y) {
+      double t = 0.0;
+      const std::size_t P = static_cast<std::size_t>(period);
+      for (std::size_t c = 0; c < P; ++c) {
+        if (class_trials[c] == 0.0) continue;
+        double yc = 0.0;
+        for (std::size_t g = c; g < M; g += P) yc += static_cast<double>(y[g]);
+        const double d = yc - class_trials[c] * pbar;
+        t += d * d / class_trials[c];
+      }
+      return std::max(t / v, 0.0);
+    };
+  } else {
+    // Fundamental only: cos and sin of 2π g / S (sin vanishes at S = 2), centred with trial
+    // weights, Xc_j(g) = x_j(g) − Σ n x_j / N; C = Xcᵀ diag(n) Xc = I / v.
+    std::vector<std::vector<double>> cols;
+    for (int kind = 0; kind < (period == 2 ? 1 : 2); ++kind) {
       std::vector<double> x(M);
       for (std::size_t g = 0; g < M; ++g) {
-        const double a = 2.0 * std::numbers::pi * static_cast<double>(h) *
-                         static_cast<double>(static_cast<std::int64_t>(g) % period) / S;
+        const double a = 2.0 * std::numbers::pi * static_cast<double>(static_cast<std::int64_t>(g) % period) / S;
         x[g] = kind == 0 ? std::cos(a) : std::sin(a);
       }
       double mean = 0.0;
@@ -195,47 +221,47 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
       for (auto& e : x) e -= mean;
       cols.push_back(std::move(x));
     }
-  }
-  const Eigen::Index J = static_cast<Eigen::Index>(cols.size());
-  Eigen::MatrixXd C(J, J);  // Xcᵀ diag(n) Xc (= I / v)
-  for (Eigen::Index j = 0; j < J; ++j)
-    for (Eigen::Index k = 0; k <= j; ++k) {
-      double s = 0.0;
-      for (std::size_t g = 0; g < M; ++g) s += static_cast<double>(trials[g]) * cols[j][g] * cols[k][g];
-      C(j, k) = C(k, j) = s;
+    const Eigen::Index J = static_cast<Eigen::Index>(cols.size());
+    Eigen::MatrixXd C(J, J);
+    for (Eigen::Index j = 0; j < J; ++j)
+      for (Eigen::Index k = 0; k <= j; ++k) {
+        double s = 0.0;
+        for (std::size_t g = 0; g < M; ++g) s += static_cast<double>(trials[g]) * cols[j][g] * cols[k][g];
+        C(j, k) = C(k, j) = s;
+      }
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C);
+    const Eigen::VectorXd& lam = es.eigenvalues();
+    const double lam_max = lam.size() ? lam.maxCoeff() : 0.0;
+    // Q = Λ_r^{-1/2} V_rᵀ Xcᵀ (rank-r part, a pseudo-inverse): T(y) = |Q (y − n p̂)|² / v.
+    std::vector<Eigen::Index> keep;
+    for (Eigen::Index i = 0; i < lam.size(); ++i)
+      if (lam(i) > 1e-10 * lam_max && lam(i) > 0.0) keep.push_back(i);
+    r.dof = static_cast<double>(keep.size());
+    Q.resize(static_cast<Eigen::Index>(keep.size()), static_cast<Eigen::Index>(M));
+    for (std::size_t q = 0; q < keep.size(); ++q) {
+      const double s = 1.0 / std::sqrt(lam(keep[q]));
+      for (std::size_t g = 0; g < M; ++g) {
+        double e = 0.0;
+        for (Eigen::Index j = 0; j < J; ++j) e += es.eigenvectors()(j, keep[q]) * cols[j][g];
+        Q(static_cast<Eigen::Index>(q), static_cast<Eigen::Index>(g)) = s * e;
+      }
     }
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C);
-  const Eigen::VectorXd& lam = es.eigenvalues();
-  const double lam_max = lam.size() ? lam.maxCoeff() : 0.0;
-  // Q = Λ_r^{-1/2} V_rᵀ Xcᵀ (rank-r part): T(y) = |Q (y − n p̂)|² / v.
-  std::vector<Eigen::Index> keep;
-  for (Eigen::Index i = 0; i < lam.size(); ++i)
-    if (lam(i) > 1e-10 * lam_max && lam(i) > 0.0) keep.push_back(i);
-  r.dof = static_cast<double>(keep.size());
-  if (keep.empty()) {
+    statistic_of = [&](std::span<const std::int64_t> y) {
+      double t = 0.0;
+      for (Eigen::Index q = 0; q < Q.rows(); ++q) {
+        double u = 0.0;
+        for (std::size_t g = 0; g < M; ++g)
+          u += Q(q, static_cast<Eigen::Index>(g)) *
+               (static_cast<double>(y[g]) - static_cast<double>(trials[g]) * pbar);
+        t += u * u;
+      }
+      return std::max(t / v, 0.0);
+    };
+  }
+  if (r.dof == 0) {
     r.test = describe();
     return r;
   }
-  Eigen::MatrixXd Q(static_cast<Eigen::Index>(keep.size()), static_cast<Eigen::Index>(M));
-  for (std::size_t q = 0; q < keep.size(); ++q) {
-    const double s = 1.0 / std::sqrt(lam(keep[q]));
-    for (std::size_t g = 0; g < M; ++g) {
-      double e = 0.0;
-      for (Eigen::Index j = 0; j < J; ++j) e += es.eigenvectors()(j, keep[q]) * cols[j][g];
-      Q(static_cast<Eigen::Index>(q), static_cast<Eigen::Index>(g)) = s * e;
-    }
-  }
-  auto statistic_of = [&](auto&& y) {
-    double t = 0.0;
-    for (Eigen::Index q = 0; q < Q.rows(); ++q) {
-      double u = 0.0;
-      for (std::size_t g = 0; g < M; ++g)
-        u += Q(q, static_cast<Eigen::Index>(g)) *
-             (static_cast<double>(y[g]) - static_cast<double>(trials[g]) * pbar);
-      t += u * u;
-    }
-    return std::max(t / v, 0.0);
-  };
   r.statistic = statistic_of(hits);
   r.p_chi_square = chi_square_upper_tail(r.statistic, r.dof);
   if (permute) {
