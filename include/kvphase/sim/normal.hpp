@@ -163,15 +163,14 @@ class normal_engine {
     std::array<batch_u, nb> o;
     for (index_t b = 0; b < nb; ++b) {
       const batch_u s0 = s_[0][b], s1 = s_[1][b], s2 = s_[2][b], s3 = s_[3][b];
-      const batch_u a = s0 + s3;
-      o[b] = ((a << 23) | (a >> 41)) + s0;
+      o[b] = rotl<23>(s0 + s3) + s0;
       const batch_u t = s1 << 17;
       const batch_u n2 = s2 ^ s0;
       const batch_u n3 = s3 ^ s1;
       s_[1][b] = s1 ^ n2;
       s_[0][b] = s0 ^ n3;
       s_[2][b] = n2 ^ t;
-      s_[3][b] = (n3 << 45) | (n3 >> 19);
+      s_[3][b] = rotl<45>(n3);
     }
     // u64 batch b covers lanes [b·UL, b·UL + UL) = words [b·L, b·L + L): float batch b of u1
     // for b < sub, of u2 for b ≥ sub.
@@ -182,6 +181,14 @@ class normal_engine {
   }
 
  private:
+  template <int K>
+  static inline batch_u rotl(const batch_u& x) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(batch_u) == 64) return batch_u(_mm512_rol_epi64(x, K));  // one vprolq
+#endif
+    return (x << K) | (x >> (64 - K));
+  }
+
   static inline void transform(batch_i w1, batch_i w2, batch_f& zc, batch_f& zs) noexcept {
     const batch_f inv(detail::inv_2_24), half(detail::half_2_24);
     // (w >> 8) as a logical shift: mask after the arithmetic shift
