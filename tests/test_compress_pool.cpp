@@ -857,3 +857,34 @@ TEST_CASE("compress_stream: feeding the sequence in pieces reproduces the one-sh
     }
   }
 }
+
+TEST_CASE("make_params: counter-based, per head, right shapes", "[compress][pool][params]") {
+  const auto s = kc::v4_csa();
+  const auto init = kc::preset_init(s, 42);
+  const auto a = kc::make_params<float>(s, 32, init, 0);
+  const auto b = kc::make_params<float>(s, 32, init, 0);
+  const auto h1 = kc::make_params<float>(s.heads == 1 ? [&] { auto t = s; t.heads = 2; return t; }() : s, 32, init, 1);
+  CHECK(a.w_c == b.w_c);
+  CHECK(a.w_z == b.w_z);
+  CHECK(a.w_c != h1.w_c);
+  CHECK(a.w_c.rows() == 32);
+  CHECK(a.w_c.cols() == 64);        // [a | b], c = d = 32
+  CHECK(a.slot_bias_c.rows() == 4);  // S × 2c
+  CHECK(a.slot_bias_c.cols() == 64);
+  CHECK(a.slot_bias_c.isZero());     // bias_std = 0: zero bias of the right shape
+  CHECK(a.rms_weight.size() == 32);
+  CHECK(kc::output_dim(s, a, 32) == 32);
+  const auto p = kc::make_params<double>(kc::paper_ref(), 16, kc::preset_init(kc::paper_ref(), 1));
+  CHECK(p.slot_u.rows() == 8);
+  CHECK(p.slot_u.cols() == 16);
+  CHECK(p.w_c.rows() == 16);
+  const auto n = kc::make_params<double>(kc::nsa(), 8, {.mlp_hidden = 5});
+  CHECK(n.mlp_w1.rows() == 32 * 8);
+  CHECK(n.mlp_w1.cols() == 5);
+  CHECK(n.mlp_w2.rows() == 5);
+  CHECK(n.mlp_pos.rows() == 32);
+  const auto m = kc::make_params<float>(kc::operator_spec{.pool = kc::pool_kind::mean}, 8);
+  CHECK(m.output_dim(kc::operator_spec{.pool = kc::pool_kind::mean}, 8) == 8);
+  REQUIRE_THROWS_WITH(kc::make_params<float>(kc::operator_spec{.pool = kc::pool_kind::mean}, 8, {.project_payload = true}),
+                      Contains("init.project_payload"));
+}
