@@ -64,16 +64,16 @@ inline std::vector<gate_slot_stats> gate_weight_distribution(const compress::ope
   std::vector<double> col(static_cast<std::size_t>(samples));
   for (index_t r = 0; r < W; ++r) {
     double s = 0, s2 = 0;
+    const double n = static_cast<double>(samples);
     for (index_t i = 0; i < samples; ++i) {
       const double v = a[static_cast<std::size_t>(i * W + r)];
       col[static_cast<std::size_t>(i)] = v;
       s += v;
-      s2 += v * v;
     }
+    for (index_t i = 0; i < samples; ++i) s2 += (col[static_cast<std::size_t>(i)] - s / n) * (col[static_cast<std::size_t>(i)] - s / n);
     std::sort(col.begin(), col.end());
-    const double n = static_cast<double>(samples);
     auto q = [&](double p) { return col[static_cast<std::size_t>(std::min(n - 1, std::floor(p * (n - 1))))]; };
-    out.push_back({r, s / n, std::sqrt(std::max(0.0, s2 / n - (s / n) * (s / n))), q(0.05), q(0.5), q(0.95)});
+    out.push_back({r, s / n, std::sqrt(s2 / n), q(0.05), q(0.5), q(0.95)});
   }
   return out;
 }
@@ -117,7 +117,7 @@ inline double gated_recall(const compress::operator_spec& spec, const needle_mod
       for (index_t r = 0; r < W; ++r) {
         const double w = gates[static_cast<std::size_t>((first + i) * W + r)];
         const index_t p = src.first + r;
-        if (p >= geo.target_position && p < geo.target_position + m.key_span) A += w;
+        if (p >= geo.target_position && p < geo.target_position + m.span()) A += m.token_multiplier(p - geo.target_position) * w;
         else v += w * w;
       }
       x.A.push_back(A);

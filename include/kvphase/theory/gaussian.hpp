@@ -87,6 +87,12 @@ struct needle_model {
   double snr = std::numeric_limits<double>::infinity();  ///< query = x* + N(0, I/snr); ∞ = exact
   index_t target_position = -1;     ///< anchor of the target (−1 = N/2); phase φ puts the first
                                     ///< target token at the stride-aligned anchor + φ
+  index_t value_span = 0;           ///< tokens after the key span that carry c·x* (tasks::needle_config)
+  double value_key_weight = 1.0;    ///< c
+  /// Tokens of the needle (key and value span); any of them in the winning entry is a hit.
+  [[nodiscard]] index_t span() const noexcept { return key_span + value_span; }
+  /// Multiple of x* held by needle token t ∈ [0, span()).
+  [[nodiscard]] double token_multiplier(index_t t) const noexcept { return t < key_span ? 1.0 : value_key_weight; }
 
   void validate() const {
     require(context >= 1 && context <= (index_t(1) << 32), "context", context, "must be in [1, 2^32]");
@@ -95,11 +101,21 @@ struct needle_model {
     require(snr > 0.0 && !std::isnan(snr), "snr", snr, "must be > 0 (infinity = noiseless query)");
     require(target_position >= -1 && target_position < context, "target_position", target_position,
             "must be -1 (middle) or a position in [0, context)");
+    require(value_span >= 0 && key_span + value_span <= context, "value_span", value_span,
+            "must be >= 0 with key_span + value_span <= context");
+    require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
   }
   friend std::ostream& operator<<(std::ostream& os, const needle_model& m) {
     return os << "needle_model{context=" << m.context << ", dim=" << m.dim << ", key_span=" << m.key_span
-              << ", snr=" << m.snr << ", target_position=" << m.target_position << "}";
+              << ", snr=" << m.snr << ", target_position=" << m.target_position << ", value_span=" << m.value_span
+              << ", value_key_weight=" << m.value_key_weight << "}";
   }
+};
+
+/// A group of distractor entries with the same score standard deviation (given |q| = 1).
+struct distractor_class {
+  double sigma = 1.0;
+  double count = 0.0;
 };
 
 /// How the far distractors (those sharing no token with a target entry) are treated when windows
@@ -116,9 +132,16 @@ struct recall_options {
   index_t samples = 40000;         ///< conditional Monte Carlo samples (overlapping windows)
   std::uint64_t seed = 0x7e0f1u;   ///< seed of the conditional Monte Carlo
   far_model far = far_model::markov;
+  /// Further competing items scored N(0, σ²) independently of the entries (e.g. the raw window's
+  /// tokens, σ = 1): an approximation when they also feed entries (see predict.hpp).
+  std::vector<distractor_class> extra_distractors;
   void validate() const {
     require(tolerance > 0.0 && tolerance < 1e-2, "tolerance", tolerance, "must be in (0, 1e-2)");
     require(samples >= 100, "samples", samples, "must be >= 100");
+    for (const auto& c : extra_distractors) {
+      require(c.sigma > 0 && std::isfinite(c.sigma), "extra_distractors.sigma", c.sigma, "must be finite and > 0");
+      require(c.count >= 0 && std::isfinite(c.count), "extra_distractors.count", c.count, "must be finite and >= 0");
+    }
   }
 };
 
@@ -178,12 +201,6 @@ struct target_entry {
   double noise_var = 0.0;      ///< v: Σ of squared weights of the entry's other (unmasked) tokens
 };
 
-/// A group of distractor entries with the same score standard deviation (given |q| = 1).
-struct distractor_class {
-  double sigma = 1.0;
-  double count = 0.0;
-};
-
 /// Everything the integrals need about one phase.
 struct phase_geometry {
   index_t phase = 0;
@@ -206,7 +223,7 @@ inline index_t target_position_for_phase(const compress::chunk_grid& g, const ne
   const index_t anchor = m.target_position >= 0 ? m.target_position : m.context / 2;
   const index_t base = g.origin + floor_div(anchor - g.origin, g.stride) * g.stride;
   index_t p = base + phase;
-  if (p + m.key_span - 1 >= m.context) p -= g.stride * ceil_div(p + m.key_span - m.context, g.stride);
+  if (p + m.span() - 1 >= m.context) p -= g.stride * ceil_div(p + m.span() - m.context, g.stride);
   if (p < 0) p += g.stride * ceil_div(-p, g.stride);
   return p;
 }
@@ -221,17 +238,17 @@ inline phase_geometry geometry_at(const compress::operator_spec& spec, const nee
   out.target_position = position;
   const index_t M = g.num_entries(m.context);
   out.visible_entries = M;
-  std::map<index_t, std::vector<index_t>> slots;  // entry -> target slots
-  for (index_t t = 0; t < m.key_span; ++t) {
+  std::map<index_t, std::vector<std::pair<index_t, double>>> slots;  // entry -> (target slot, multiplier)
+  for (index_t t = 0; t < m.span(); ++t) {
     g.for_each_entry_containing(out.target_position + t, [&](index_t e, index_t slot) {
-      if (e < M) slots[e].push_back(slot);
+      if (e < M) slots[e].push_back({slot, m.token_multiplier(t)});
     });
   }
   for (const auto& [e, sl] : slots) {
     const auto w = spec.linear_slot_weights(g.masked_slots(e));
     double a = 0, v = detail::sum_sq(w);
-    for (index_t s : sl) {
-      a += w[static_cast<std::size_t>(s)];
+    for (const auto& [s, c] : sl) {
+      a += c * w[static_cast<std::size_t>(s)];
       v -= w[static_cast<std::size_t>(s)] * w[static_cast<std::size_t>(s)];
     }
     out.targets.push_back({e, a, std::max(0.0, v)});
@@ -497,6 +514,8 @@ inline phase_recall recall_local_monte_carlo(const compress::operator_spec& spec
     if (first_interior < e_lo) masked[g.masked_slots(first_interior)] += 1.0;
   }
   for (const auto& [mk, c] : masked) far.independent.push_back({std::sqrt(detail::sum_sq(spec.linear_slot_weights(mk))), c});
+  for (const auto& c : opt.extra_distractors)
+    if (c.count > 0) far.independent.push_back(c);
   far.runs.push_back(static_cast<double>(std::max<index_t>(0, e_lo - first_interior)));
   far.runs.push_back(static_cast<double>(std::max<index_t>(0, M - 1 - e_hi)));
 
@@ -514,9 +533,13 @@ inline phase_recall recall_local_monte_carlo(const compress::operator_spec& spec
     }
   }
   std::vector<char> is_target(static_cast<std::size_t>(n_tok), 0);
-  for (index_t t = 0; t < m.key_span; ++t) {
+  std::vector<double> mult(static_cast<std::size_t>(n_tok), 0.0);
+  for (index_t t = 0; t < m.span(); ++t) {
     const index_t p = geo.target_position + t - tok_lo;
-    if (p >= 0 && p < n_tok) is_target[static_cast<std::size_t>(p)] = 1;
+    if (p >= 0 && p < n_tok) {
+      is_target[static_cast<std::size_t>(p)] = 1;
+      mult[static_cast<std::size_t>(p)] = m.token_multiplier(t);
+    }
   }
   const double a = std::isinf(m.snr) ? 1.0 : std::sqrt(m.snr / (1 + m.snr));
   const double b = std::isinf(m.snr) ? 0.0 : 1.0 / std::sqrt(1 + m.snr);
@@ -534,7 +557,7 @@ inline phase_recall recall_local_monte_carlo(const compress::operator_spec& spec
       rho2 += z * z;
     }
     const double T = a * std::sqrt(rho2) + (b > 0 ? b * s.normal() : 0.0);
-    for (index_t p = 0; p < n_tok; ++p) u[static_cast<std::size_t>(p)] = is_target[static_cast<std::size_t>(p)] ? T : s.normal();
+    for (index_t p = 0; p < n_tok; ++p) u[static_cast<std::size_t>(p)] = is_target[static_cast<std::size_t>(p)] ? mult[static_cast<std::size_t>(p)] * T : s.normal();
     double xt = -std::numeric_limits<double>::infinity(), xn = xt;
     for (std::size_t k = 0; k < local.size(); ++k) {
       double sc = 0;
@@ -562,7 +585,8 @@ inline std::string outside_theory_reason(const compress::operator_spec& spec, co
                                                         : "' is not a fixed linear pool");
   if (spec.rmsnorm) return "rmsnorm makes the pooled key a non-linear function of its tokens";
   if (spec.rope.anchor != compress::rope_anchor::none) return "RoPE on compressed entries is not modelled";
-  if (spec.heads != 1) return "several compression heads: see theory/heads.hpp";
+  if (spec.heads != 1 || !spec.head_offsets.empty()) return "several compression heads: see theory/heads.hpp";
+  if (spec.separate_kv) return "separately pooled keys and values are not modelled";
   if (spec.grid.visibility != compress::visibility_policy::complete) return "running partial entries are not modelled";
   if (spec.grid.num_entries(m.context) < 1) return "no complete entry in the context";
   return "";
@@ -572,11 +596,13 @@ inline std::string outside_theory_reason(const compress::operator_spec& spec, co
 /// theory covers (check outside_theory_reason first).
 inline phase_recall predict_recall_at(const compress::operator_spec& spec, const needle_model& m, index_t phase,
                                       index_t position, const recall_options& opt = {}) {
-  require(position >= 0 && position + m.key_span <= m.context, "position", position,
+  require(position >= 0 && position + m.span() <= m.context, "position", position,
           "the target span must lie inside the context");
-  const auto geo = geometry_at(spec, m, phase, position);
-  return spec.grid.window == spec.grid.stride ? recall_exact_disjoint(geo, m, opt.tolerance)
-                                              : recall_local_monte_carlo(spec, m, geo, opt);
+  auto geo = geometry_at(spec, m, phase, position);
+  if (spec.grid.window != spec.grid.stride) return recall_local_monte_carlo(spec, m, geo, opt);
+  for (const auto& c : opt.extra_distractors)
+    if (c.count > 0) geo.distractors.push_back(c);
+  return recall_exact_disjoint(geo, m, opt.tolerance);
 }
 
 /// Documented bound on the error of the overlapping-window approximation (far distractors
@@ -605,10 +631,9 @@ inline recall_prediction predict_recall_by_phase(const compress::operator_spec& 
   out.assumptions = disjoint ? "exact Gaussian model, non-overlapping windows (nested Gauss-Kronrod)"
                              : std::string("overlapping windows: target neighbourhood exact (conditional Monte Carlo), "
                                            "far distractors ") + to_string(opt.far);
-  for (index_t ph = 0; ph < spec.grid.stride; ++ph) {
-    const auto geo = geometry_for_phase(spec, m, ph);
-    out.phases.push_back(disjoint ? recall_exact_disjoint(geo, m, opt.tolerance) : recall_local_monte_carlo(spec, m, geo, opt));
-  }
+  if (!opt.extra_distractors.empty()) out.assumptions += "; extra items (raw window) independent of the entries";
+  for (index_t ph = 0; ph < spec.grid.stride; ++ph)
+    out.phases.push_back(predict_recall_at(spec, m, ph, target_position_for_phase(spec.grid, m, ph), opt));
   return out;
 }
 

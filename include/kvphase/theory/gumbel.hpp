@@ -5,9 +5,9 @@
 /// The n distractors' maximum of iid N(0, σ²) is close to Gumbel(a_n, b_n) with
 ///   a_n = σ(√(2 ln n) − (ln ln n + ln 4π)/(2√(2 ln n))),  b_n = σ/√(2 ln n).
 /// The dominant target entry scores X ~ N(μ, s²), μ = A·E[T], s² = v + A²·Var T. Two closed forms:
-///   sharp:  recall ≈ 1 − exp(−exp(−(μ − a_n)/b_n))                 (target spread ignored)
+///   sharp:  recall ≈ exp(−exp(−(μ − a_n)/b_n))                     (target spread ignored)
 ///   normal: recall ≈ Φ((μ − a_n − γ b_n) / √(s² + π² b_n²/6))      (X − max as a Gaussian)
-/// and the critical dimension d* = (a_n/A)² where the sharp form crosses 1 − 1/e: recall rises
+/// and the critical dimension d* = (a_n/A)² where the sharp form crosses 1/e: recall rises
 /// from ≈ 0 to ≈ 1 as d passes d*, which grows like 2σ² ln(N/S)/A². Their error against the exact
 /// integral is measured in tests/test_theory_approx.cpp.
 
@@ -75,7 +75,7 @@ inline std::vector<gumbel_phase> gumbel_recall_by_phase(const compress::operator
     const double mu = best.target_weight * a * rm;
     const double s2 = best.noise_var + best.target_weight * best.target_weight * (a * a * rv + b2);
     g.target_weight = best.target_weight;
-    g.recall_sharp = 1.0 - std::exp(-std::exp(-(mu - gp.location) / gp.scale));
+    g.recall_sharp = std::exp(-std::exp(-(mu - gp.location) / gp.scale));
     const double gamma = 0.5772156649015329;
     g.recall_normal = norm_cdf((mu - gp.location - gamma * gp.scale) /
                                std::sqrt(s2 + std::numbers::pi * std::numbers::pi * gp.scale * gp.scale / 6.0));
