@@ -136,6 +136,10 @@ TEST_CASE("sweep format: CSV and JSON round trips keep counts, settings and prov
   CHECK(m["gap"].get<double>() == Approx(0.34));
   CHECK(m["period_p"].get<double>() == Approx(1.0 / 1000));  // phase 1 is weak: clearly periodic
   CHECK(j["models"][1]["uniformity_p"].get<double>() > 0.01);
+  CHECK(m["baseline"] == "full");
+  CHECK(m["gap_minus_baseline"].get<double>() == Approx(0.34 - 0.04));
+  CHECK(m["gap_minus_baseline_ci_low"].get<double>() < m["gap_minus_baseline"].get<double>());
+  CHECK_FALSE(j["models"][1].contains("gap_minus_baseline"));
   CHECK(j["provenance"]["seed"] == 42);
   CHECK(j["provenance"]["config"]["task"] == "needle");
   // The statistics agree with the stats module called directly.

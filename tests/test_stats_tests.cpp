@@ -307,3 +307,18 @@ TEST_CASE("gap: point value, bootstrap interval, degenerate data, determinism", 
   CHECK_THROWS_WITH(stats::phase_gap_bootstrap(h, t, {.confidence = 2}), Catch::Contains("confidence"));
   CHECK_THROWS_WITH(stats::phase_gap(counts{11}, counts{10}), Catch::Contains("hits[0]"));
 }
+
+TEST_CASE("gap difference: contrast of two models with a bootstrap interval", "[stats][gap]") {
+  const counts ta{1000, 1000}, ha{900, 500}, tb{1000, 1000}, hb{950, 940};
+  const auto d = stats::gap_difference_bootstrap(ha, ta, hb, tb, {.replicates = 2000, .seed = 9});
+  CHECK(d.difference == Approx(0.39));
+  CHECK(d.ci.low < 0.39);
+  CHECK(d.ci.high > 0.39);
+  CHECK(d.ci.low > 0.3);
+  const auto e = stats::gap_difference_bootstrap(ha, ta, hb, tb, {.replicates = 2000, .seed = 9});
+  CHECK(e.ci == d.ci);
+  const auto same = stats::gap_difference_bootstrap(counts{10, 10}, counts{10, 10}, counts{0, 0}, counts{10, 10});
+  CHECK(same.difference == 0.0);
+  CHECK(same.ci == stats::interval{0.0, 0.0});
+  CHECK_THROWS_WITH(stats::gap_difference_bootstrap(ha, ta, counts{1}, counts{0}), Catch::Contains("hits[0]"));
+}

@@ -33,7 +33,10 @@
 ///                 "uniformity_p", "uniformity_statistic", "uniformity_dof", "uniformity_test",
 ///                 "period", "period_p", "period_p_chi_square", "period_p_mc_error",
 ///                 "period_statistic", "period_dof", "period_power", "period_amplitude",
-///                 "period_peak_phase", "period_test" } ]
+///                 "period_peak_phase", "period_test",
+///                 and for every model other than analysis.baseline (default "full") when the
+///                 baseline is present: "baseline", "gap_minus_baseline",
+///                 "gap_minus_baseline_ci_low", "gap_minus_baseline_ci_high" } ]
 ///
 /// Shards: a sharded run writes one file per shard with provenance.shard_index / shard_count
 /// ("shard": "i/N", 0-based, parse it with io::parse_shard) and the counts of the trials it
@@ -47,6 +50,7 @@
 #include <cstdint>
 #include <istream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -97,6 +101,7 @@ struct analysis_options {
   std::int64_t permutations = 9999;          ///< 0 = asymptotic chi-square p-value only
   std::int64_t bootstrap_replicates = 2000;  ///< 0 = no gap interval ([gap, gap])
   std::uint64_t seed = 0;                    ///< stream seed (set it to the run seed)
+  std::string baseline = "full";             ///< model the others' gaps are contrasted with
 
   void validate() const {
     require(modulus >= 2, "analysis.modulus", modulus, "must be >= 2");
@@ -121,6 +126,7 @@ inline ordered_json to_json(const analysis_options& a) {
   j["permutations"] = a.permutations;
   j["bootstrap_replicates"] = a.bootstrap_replicates;
   j["seed"] = a.seed;
+  j["baseline"] = a.baseline;
   return j;
 }
 
@@ -151,6 +157,7 @@ analysis_options analysis_from_json(const Json& j) {
     return v.template get<std::string>();
   };
   a.interval = stats::parse_interval_method(get_str("interval"));
+  if (j.contains("baseline")) a.baseline = get_str("baseline");
   const auto u = get_str("uniformity");
   if (u == "pearson_chi_square") a.uniformity = stats::uniformity_method::pearson_chi_square;
   else if (u == "g_test") a.uniformity = stats::uniformity_method::g_test;
@@ -209,6 +216,9 @@ struct model_summary {
   stats::gap_result gap;
   stats::test_result uniformity;
   stats::periodicity_result periodicity;
+  /// gap − baseline's gap with its bootstrap interval (stats::gap_difference_bootstrap), for
+  /// every model other than analysis.baseline when that model is present.
+  std::optional<stats::gap_difference_result> vs_baseline;
 };
 
 /// Stream seed of model `model`'s permutations and bootstrap.
@@ -249,6 +259,20 @@ inline std::vector<model_summary> summarize(const sweep_result& r) {
   r.validate();
   std::vector<model_summary> out;
   for (const auto& m : r.models) out.push_back(summarize(m, r.analysis));
+  const phase_counts* base = nullptr;
+  for (const auto& m : r.models)
+    if (m.model == r.analysis.baseline) base = &m;
+  if (base) {
+    for (std::size_t i = 0; i < r.models.size(); ++i) {
+      const auto& m = r.models[i];
+      if (&m == base) continue;
+      out[i].vs_baseline = stats::gap_difference_bootstrap(
+          m.hits, m.trials, base->hits, base->trials,
+          {.replicates = r.analysis.bootstrap_replicates,
+           .confidence = r.analysis.confidence,
+           .seed = model_stream_seed(r.analysis.seed, m.model + "|" + base->model)});
+    }
+  }
   return out;
 }
 
@@ -264,6 +288,9 @@ inline std::string summary_line(const model_summary& s) {
      << format_shortest(s.gap.gap) << " [" << format_shortest(s.gap.ci.low) << ", "
      << format_shortest(s.gap.ci.high) << "], uniformity_p " << format_shortest(s.uniformity.p) << ", period "
      << s.periodicity.period << " p " << format_shortest(s.periodicity.p) << " (" << s.periodicity.test << ")";
+  if (s.vs_baseline)
+    os << ", gap minus baseline " << format_shortest(s.vs_baseline->difference) << " ["
+       << format_shortest(s.vs_baseline->ci.low) << ", " << format_shortest(s.vs_baseline->ci.high) << "]";
   return os.str();
 }
 template <class Json>
@@ -346,6 +373,12 @@ inline ordered_json sweep_to_json(const sweep_result& r) {
     o["period_amplitude"] = s.periodicity.amplitude;
     o["period_peak_phase"] = s.periodicity.peak_phase;
     o["period_test"] = s.periodicity.test;
+    if (s.vs_baseline) {
+      o["baseline"] = r.analysis.baseline;
+      o["gap_minus_baseline"] = s.vs_baseline->difference;
+      o["gap_minus_baseline_ci_low"] = s.vs_baseline->ci.low;
+      o["gap_minus_baseline_ci_high"] = s.vs_baseline->ci.high;
+    }
     j["models"].push_back(std::move(o));
   }
   return j;

@@ -136,6 +136,7 @@ inline rng::philox_stream replicate_stream(std::uint64_t seed, std::uint64_t tag
 /// Stream tags of the resampling procedures (FNV-1a of their names).
 inline constexpr std::uint64_t gap_bootstrap_tag = rng::hash_text("kvphase.stats.gap_bootstrap");
 inline constexpr std::uint64_t permutation_tag = rng::hash_text("kvphase.stats.permutation");
+inline constexpr std::uint64_t gap_difference_tag = rng::hash_text("kvphase.stats.gap_difference");
 
 /// One permutation of trials' group labels, as counts: given group sizes `trials` and the
 /// pooled number of hits, draws how many hits land in each group (multivariate hypergeometric,
