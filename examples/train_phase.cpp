@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
         if (picks.size() < 8 && (picks.empty() || stepi != picks.back()) && stepi < hist.size()) picks.push_back(stepi);
       }
       for (std::size_t i : picks) {
-        std::cout << "  step " << std::setw(6) << hist[i].step << "  loss " << format_fixed(hist[i].loss, 3) << " ";
+        std::cout << "  step " << std::setw(6) << hist[i].step << "  loss "
+                  << (hist[i].step == 0 ? std::string("  -  ") : format_fixed(hist[i].loss, 3)) << " ";
         for (std::size_t h = 0; h < hist[i].profile.size(); ++h) {
           std::cout << " | l" << h / static_cast<std::size_t>(H) << ".h" << h % static_cast<std::size_t>(H);
           for (double v : hist[i].profile[h]) std::cout << " " << format_fixed(v, 2);

@@ -46,13 +46,21 @@ inline const char* to_string(cache_kind c) noexcept { return c == cache_kind::co
 
 /// Architecture of the toy model. Aggregate with defaults.
 struct model_config {
+  /// The default operator: W = S = 4, learned slot gates, 2 heads.
+  static compress::operator_spec default_spec() {
+    compress::operator_spec s;
+    s.grid.window = 4;
+    s.grid.stride = 4;
+    s.pool = compress::pool_kind::slot_gate;
+    s.heads = 2;
+    return s;
+  }
+
   cache_kind cache = cache_kind::compressed;
   /// Compression operator (grid, per-head offsets, heads). pool must be slot_gate (learned slot
   /// bias, initialised from spec.slot_bias when given) or mean (fixed uniform gate). heads is used
   /// by the full-attention control too.
-  compress::operator_spec spec{.grid = {.window = 4, .stride = 4},
-                               .pool = compress::pool_kind::slot_gate,
-                               .heads = 2};
+  compress::operator_spec spec = default_spec();
   index_t layers = 1;
   index_t head_dim = 16;
   bool content_gate = false;         ///< learned content gate u per head (slot_gate only)
