@@ -320,17 +320,35 @@ int main(int argc, char** argv) {
       }
     }
 
+    // ---- gap of every variant minus the plain model's gap (same seed), bootstrap interval ----
+    std::vector<stats::gap_difference_result> dgap(jobs.size());
+    std::vector<bool> has_dgap(jobs.size(), false);
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const int pj = find_job(mitigation::plain, jobs[i].seed);
+      if (pj < 0 || static_cast<std::size_t>(pj) == i) continue;
+      const phase_summary& a = sums[i];
+      const phase_summary& b = sums[static_cast<std::size_t>(pj)];
+      dgap[i] = stats::gap_difference_bootstrap(a.phases.hits, a.phases.trials, b.phases.hits, b.phases.trials,
+                                                {.replicates = 2000, .seed = 91 + i});
+      has_dgap[i] = true;
+    }
+    auto signed_text = [](double v) { return (v >= 0 ? "+" : "") + format_fixed(v, 3); };
+
     // ---- mitigation table ----
     std::cout << "\nMitigations at matched cache size (" << stride << "-stride entries + " << task.raw_window
               << " raw tokens per head; full_attention keeps all " << task.n_context << " tokens)\n"
-              << "  variant          seed  mean   [95% CI]        worst phase  recall [95% CI]       gap   [bootstrap 95%]   period p\n";
+              << "  variant          seed  mean   [95% CI]        worst phase  recall [95% CI]       gap   [bootstrap 95%]   period p"
+                 "  gap - plain [95%]\n";
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       const phase_summary& s = sums[i];
       std::cout << "  " << std::left << std::setw(15) << jobs[i].v.name() << std::right << "  " << std::setw(4)
                 << jobs[i].seed << "  " << format_fixed(s.mean, 3) << " " << ci_text(s.mean_ci) << "  " << std::setw(5)
                 << s.worst_phase << "        " << format_fixed(s.worst, 3) << " " << ci_text(s.worst_ci) << "  "
-                << format_fixed(s.gap.gap, 3) << " " << ci_text(s.gap.ci) << "  " << std::setw(8) << p_text(s.period.p)
-                << "\n";
+                << format_fixed(s.gap.gap, 3) << " " << ci_text(s.gap.ci) << "  " << std::setw(8) << p_text(s.period.p);
+      if (has_dgap[i])
+        std::cout << "  " << signed_text(dgap[i].difference) << " [" << signed_text(dgap[i].ci.low) << ", "
+                  << signed_text(dgap[i].ci.high) << "]";
+      std::cout << "\n";
     }
     // across seeds
     std::cout << "\n  across seeds (mean of per-model values; min..max)\n  variant          mean recall        worst phase        gap\n";
@@ -435,7 +453,8 @@ int main(int argc, char** argv) {
       io::csv_writer w(f);
       w.comment(header);
       w.row({"variant", "seed", "mean", "mean_low", "mean_high", "worst_phase", "worst", "worst_low", "worst_high", "gap",
-             "gap_low", "gap_high", "period_p", "period_amplitude", "uniformity_p", "final_loss", "seconds"});
+             "gap_low", "gap_high", "period_p", "period_amplitude", "uniformity_p", "gap_minus_plain",
+             "gap_minus_plain_low", "gap_minus_plain_high", "final_loss", "seconds"});
       for (std::size_t i = 0; i < jobs.size(); ++i) {
         const phase_summary& s = sums[i];
         w.row({jobs[i].v.name(), std::to_string(jobs[i].seed), format_fixed(s.mean, 6), format_fixed(s.mean_ci.low, 6),
@@ -443,6 +462,9 @@ int main(int argc, char** argv) {
                format_fixed(s.worst_ci.low, 6), format_fixed(s.worst_ci.high, 6), format_fixed(s.gap.gap, 6),
                format_fixed(s.gap.ci.low, 6), format_fixed(s.gap.ci.high, 6), io::format_shortest(s.period.p),
                format_fixed(s.period.amplitude, 6), io::format_shortest(s.uniform.p),
+               has_dgap[i] ? format_fixed(dgap[i].difference, 6) : std::string(),
+               has_dgap[i] ? format_fixed(dgap[i].ci.low, 6) : std::string(),
+               has_dgap[i] ? format_fixed(dgap[i].ci.high, 6) : std::string(),
                format_fixed(jobs[i].trained.final_loss, 6), format_fixed(jobs[i].trained.seconds, 3)});
       }
     }
