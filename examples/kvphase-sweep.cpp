@@ -55,6 +55,7 @@ struct cli_options {
   std::string engine = "key";
   index_t trials = 1000;
   std::uint64_t seed = 1;
+  std::uint64_t params_seed = 0;
   int threads = 0;
   std::string shard = "0/1";
   std::string format;
@@ -119,6 +120,7 @@ sim::sweep_config make_config(const cli_options& o) {
   c.window = o.raw_window;
   c.trials = o.trials;
   c.seed = o.seed;
+  c.params_seed = o.params_seed;
   c.threads = o.threads;
   c.shard = sim::shard_spec::parse(o.shard);
   c.compute_mass = false;  // the output carries counts only
@@ -186,6 +188,7 @@ nlohmann::json config_json(const cli_options& o, const sim::sweep_config& c) {
   j["groups"] = c.groups();
   j["trials"] = c.trials;
   j["seed"] = c.seed;
+  j["params_seed"] = c.params_seed;
   j["threads"] = o.threads;
   j["shard"] = o.shard;
   j["format"] = o.format;
@@ -231,6 +234,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trials", o.trials, "trials per phase group")->capture_default_str();
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
+  app.add_option("--params-seed", o.params_seed,
+                 "seed of the random compressor parameters of presets with learned projections")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "threads (0: all cores); results do not depend on it");
   app.add_option("--shard", o.shard, "run shard i/N of the trials (merge with kvphase-merge)")->capture_default_str();
   app.add_option("--format", o.format, "csv or json (default: from --out's extension, else csv)");

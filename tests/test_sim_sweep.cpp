@@ -300,7 +300,8 @@ TEST_CASE("sweep: invalid configurations throw naming the parameter", "[sim][err
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("context"));
   c = {};
   c.op.pool = compress::pool_kind::channel_gate;
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("preset"));
+  c.engine = sim::engine_kind::score;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine"));
   c = {};
   c.needle.dim = 0;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("dim"));
@@ -323,4 +324,43 @@ TEST_CASE("sweep: invalid configurations throw naming the parameter", "[sim][err
     }
     CHECK(next == 100);
   }
+}
+
+TEST_CASE("sweep: general key-space path for operators that are not linear in the keys", "[sim][general]") {
+  sim::sweep_config c;
+  c.needle = {.context = 512, .dim = 16, .key_span = 2};
+  c.trials = 30;
+  c.seed = 3;
+  // max pooling over W = S = 1 is the identity: the compressed model is full attention
+  c.op = {.grid = {.window = 1, .stride = 1}, .pool = compress::pool_kind::max};
+  c.modulus = 4;
+  REQUIRE(c.general());
+  auto r = sim::run_sweep(c);
+  for (std::size_t g = 0; g < r.full.size(); ++g) CHECK(r.compressed[g].hits == r.full[g].hits);
+  // presets with learned projections run, deterministically for any thread count / shard split
+  for (const char* name : {"v4_csa", "v41", "paper_ref"}) {
+    c.op = compress::preset(name);
+    c.modulus = 8;
+    INFO(name);
+    c.threads = 1;
+    const auto a = sim::run_sweep(c);
+    c.threads = 2;
+    const auto b = sim::run_sweep(c);
+    CHECK(a.compressed == b.compressed);
+    CHECK(a.full == b.full);
+    c.shard = {1, 2};
+    auto s1 = sim::run_sweep(c);
+    c.shard = {0, 2};
+    const auto s0 = sim::run_sweep(c);
+    c.shard = {};
+    for (std::size_t g = 0; g < s1.compressed.size(); ++g) {
+      s1.compressed[g] += s0.compressed[g];
+      CHECK(s1.compressed[g] == a.compressed[g]);
+    }
+  }
+  c.engine = sim::engine_kind::score;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine"));
+  c.engine = sim::engine_kind::key;
+  c.task = sim::task_kind::kv_pairs;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("task"));
 }

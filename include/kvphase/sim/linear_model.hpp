@@ -220,6 +220,17 @@ class linear_model {
     return m / bf.z_sum;
   }
 
+  /// Attention mass of the items that meet [a, b), each counted whole (after softmax()).
+  [[nodiscard]] double items_mass(const linear_buffers& bf, index_t a, index_t b) const {
+    index_t lo, hi;
+    entries_meeting(bf, a, b, lo, hi);
+    double m = 0;
+    for (index_t e = lo; e <= hi; ++e) m += item_exp(bf, e);
+    const index_t w0 = bf.n_tokens - bf.n_window;
+    for (index_t t = std::max(a, w0); t < b; ++t) m += item_exp(bf, bf.n_entries + t - w0);
+    return m / bf.z_sum;
+  }
+
   /// Output weight of the single token t (after softmax(β, true)).
   [[nodiscard]] double token_mass(const linear_buffers& bf, index_t t) const {
     double m = 0;

@@ -39,6 +39,7 @@
 #include "kvphase/core/parallel.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/sim/general_model.hpp"
 #include "kvphase/sim/linear_model.hpp"
 #include "kvphase/sim/noise_scores.hpp"
 #include "kvphase/sim/normal.hpp"
@@ -92,6 +93,7 @@ struct sweep_config {
   std::uint64_t seed = 1;
   int threads = 0;           ///< 0: all available
   shard_spec shard{};
+  std::uint64_t params_seed = 0;  ///< parameters of non-linear operators (general key-space path)
   bool compute_mass = true;  ///< needle: also the attention mass (padding and kv-pairs always need it);
                              ///< does not change any draw or hit
 
@@ -111,11 +113,21 @@ struct sweep_config {
     return 0;
   }
 
+  /// Whether the operator needs the general key-space path (materialised keys + compressor).
+  [[nodiscard]] bool general() const noexcept { return !linear_engine_supports(op); }
+
   void validate() const {
     op.validate();
-    require(linear_engine_supports(op), "preset", op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name,
-            "the sweep engines model one head of identity, mean, fixed-weight or slot-gate pooling without "
-            "RMSNorm, RoPE or separate K/V (learned-projection presets need the attention models)");
+    if (general()) {
+      require(engine == engine_kind::key, "engine", to_string(engine),
+              "operator " + (op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name) +
+                  " is not linear in the keys: only the key engine models it exactly");
+      require(task == task_kind::needle, "task", to_string(task),
+              "operators that are not linear in the keys (" +
+                  (op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name) +
+                  ") run the needle task only");
+      require(op.heads == 1, "heads", op.heads, "sweeps model one compression head");
+    }
     require(window >= 0, "window", window, "must be >= 0");
     require(modulus >= 0 && modulus <= 4096, "modulus", modulus, "must be in [0, 4096] (0: the stride)");
     require(trials >= 1 && trials <= (index_t(1) << 40), "trials", trials, "must be in [1, 2^40]");
@@ -150,7 +162,7 @@ struct sweep_config {
       case task_kind::kv_pairs: os << kv_pairs; break;
       case task_kind::padding: os << padding; break;
     }
-    os << ";" << op << ";window=" << window << ";engine=" << to_string(engine) << ";groups=" << groups();
+    os << ";" << op << (general() ? ";params_seed=" + std::to_string(params_seed) : std::string()) << ";window=" << window << ";engine=" << to_string(engine) << ";groups=" << groups();
     return os.str();
   }
   [[nodiscard]] std::uint64_t config_id() const { return rng::hash_text(describe()); }
@@ -212,7 +224,8 @@ struct sweep_progress {
 namespace detail {
 
 struct trial_workspace {
-  std::vector<float> s, z, pair_s, kappa, kappa_b, eps, q, codebook;
+  std::vector<float> s, z, pair_s, kappa, kappa_b, eps, q, codebook, keys, qc;
+  matrix_t<float> compressed;
   std::vector<std::uint32_t> codes;
   std::vector<double> code_weight;
   tasks::kv_layout layout;
@@ -272,8 +285,10 @@ inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers
 /// Exposed for tests; run_sweep calls it for every (g, k) of its shard.
 class trial_runner {
  public:
-  explicit trial_runner(const sweep_config& c)
-      : c_(c), cid_(c.config_id()), comp_(c.op, c.window), full_(linear_model::full()) {}
+  explicit trial_runner(const sweep_config& c) : c_(c), cid_(c.config_id()), full_(linear_model::full()) {
+    if (c.general()) general_ = general_model(c.op, c.dim(), c.window, c.params_seed);
+    else comp_ = linear_model(c.op, c.window);
+  }
 
   void run(index_t g, index_t k, tasks::trial_outcome& comp, tasks::trial_outcome& full) {
     const std::uint64_t stream = rng::combine(cid_, rng::combine(static_cast<std::uint64_t>(g), static_cast<std::uint64_t>(k)));
@@ -305,6 +320,10 @@ class trial_runner {
     if (t.query_noise > 0) detail::fill(gen, w.eps, d); else w.eps.assign(static_cast<std::size_t>(d), 0.0f);
     const double qn = detail::make_query(w.q, w.kappa, w.eps, t.query_noise, d);
     const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
+    if (c_.general()) {
+      general_needle(gen, p, oc, of);
+      return;
+    }
     normal_state st = gen.state();
     w.s.resize(static_cast<std::size_t>(N));
     detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
@@ -315,6 +334,36 @@ class trial_runner {
       w.s[static_cast<std::size_t>(p + t.key_span + i)] = static_cast<float>(t.value_key_weight * qk);
     const float beta = static_cast<float>(t.beta());
     oc = detail::needle_outcome(comp_, w.comp, w.s.data(), w.z.data(), N, p, p + t.span(), beta, c_.compute_mass);
+    of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
+  }
+
+  /// General path: materialise the keys, compress them, score the entries.
+  void general_needle(normal_generator& gen, index_t p, tasks::trial_outcome& oc, tasks::trial_outcome& of) {
+    const auto& t = c_.needle;
+    auto& w = ws_;
+    const index_t N = t.context, d = t.dim;
+    w.keys.resize(static_cast<std::size_t>(N * d));
+    gen.fill(w.keys.data(), N * d);
+    for (index_t i = 0; i < t.span(); ++i) {
+      const float cw = i < t.key_span ? 1.0f : static_cast<float>(t.value_key_weight);
+      for (index_t j = 0; j < d; ++j)
+        w.keys[static_cast<std::size_t>((p + i) * d + j)] = cw * w.kappa[static_cast<std::size_t>(j)];
+    }
+    w.s.resize(static_cast<std::size_t>(N));
+    for (index_t i = 0; i < N; ++i)
+      w.s[static_cast<std::size_t>(i)] = simd::dot<float>(w.keys.data() + i * d, w.q.data(), d);
+    const float beta = static_cast<float>(t.beta());
+    general_.score(w.keys.data(), N, w.q.data(), w.s.data(), w.comp, w.compressed, w.qc);
+    const auto& geo = general_.geometry();
+    float bt, bo;
+    geo.best_scores(w.comp, p, p + t.span(), bt, bo);
+    oc.hit = bt > bo;
+    oc.margin = static_cast<double>(bt) - static_cast<double>(bo);
+    oc.mass = 0;
+    if (c_.compute_mass) {
+      geo.softmax(w.comp, beta, false, std::max(bt, bo));
+      oc.mass = geo.items_mass(w.comp, p, p + t.span());
+    }
     of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
   }
 
@@ -437,6 +486,7 @@ class trial_runner {
   const sweep_config& c_;
   std::uint64_t cid_;
   linear_model comp_, full_;
+  general_model general_;
   detail::trial_workspace ws_;
 };
 
