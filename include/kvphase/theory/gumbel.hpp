@@ -53,7 +53,8 @@ inline std::vector<gumbel_phase> gumbel_recall_by_phase(const compress::operator
   const double b2 = std::isinf(m.snr) ? 0.0 : 1.0 / (1 + m.snr);
   for (index_t ph = 0; ph < spec.grid.stride; ++ph) {
     const auto geo = geometry_for_phase(spec, m, ph);
-    gumbel_phase g{ph};
+    gumbel_phase g;
+    g.phase = ph;
     if (geo.targets.empty() || geo.distractors.empty()) {
       g.recall_sharp = g.recall_normal = geo.targets.empty() ? 0.0 : 1.0;
       out.push_back(g);

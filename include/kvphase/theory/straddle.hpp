@@ -45,7 +45,9 @@ inline std::vector<span_share> span_shares_by_phase(const compress::operator_spe
   for (index_t ph = 0; ph < g.stride; ++ph) {
     needle_model m{.context = base + 8 * g.window + span + 8 * g.stride, .dim = 1, .key_span = span, .target_position = base};
     const auto geo = geometry_at(spec, m, ph, base + ph);
-    span_share s{ph, static_cast<index_t>(geo.targets.size())};
+    span_share s;
+    s.phase = ph;
+    s.entries_touched = static_cast<index_t>(geo.targets.size());
     for (const auto& t : geo.targets) {
       s.shares.push_back(t.target_weight);
       s.max_share = std::max(s.max_share, t.target_weight);
