@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
       std::ofstream f(out_dir + "/train_summary.json");
       f << io::json_text(j);
     }
-    std::cout << "\nwrote " << out_dir << "/train_{gates,phase,position,ablation,mitigations}.csv and train_summary.json\n";
+    std::cout << "\nwrote " << out_dir << "/train_{gates,phase,position,ablation,mitigations,theory}.csv and train_summary.json\n";
 
     // the headline check: a compressed model periodic in phase, the control flat
     if (main_job >= 0 && full_job >= 0) {

@@ -161,4 +161,11 @@ TEST_CASE("train: mitigation variants change exactly one thing", "[train]") {
   CHECK_THROWS_AS(train_config{.batch = 0}.validate(), kvphase::error);
   CHECK_THROWS_AS(train_config{.entropy_reg = -1}.validate(), kvphase::error);
   CHECK_THROWS_AS(eval_config{.trials_per_position = 0}.validate(), kvphase::error);
+  CHECK_THROWS_AS(mitigation_settings{.entropy_reg = -1.0}.validate(), kvphase::error);
+  mitigation_settings even;
+  even.blur_kernel = {0.5, 0.5};
+  CHECK_THROWS_AS(even.validate(), kvphase::error);
+  mitigation_settings none;
+  none.blur_kernel.clear();
+  CHECK_THROWS_AS(make_variant(mitigation::blur, base, tb, none), kvphase::error);
 }
