@@ -727,6 +727,8 @@ TEST_CASE("compress: each bad input raises kvphase::error naming the parameter",
          "slot_weights.size()");
   expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::weights, .slot_weights = {1, NAN, 1, 1}}, none,
          "slot_weights");
+  expect({.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::weights, .slot_weights = {1, 1, 0, 0}}, none,
+         "slot_weights");  // entry 0 keeps only the zero-weight slots 2, 3
   expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate, .slot_bias = {0, 1}}, none,
          "slot_bias.size()");
   expect({.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::slot_gate, .slot_bias = {0, 1, INFINITY, 0}},

@@ -562,8 +562,7 @@ struct engine {
       case pool_kind::slot_gate: {
         const Real* w = w_full.data() + m0;
         if (linear && m0 > 0) {
-          const auto wd = spec->linear_slot_weights(m0);
-          for (index_t r = 0; r < n; ++r) work[r] = static_cast<Real>(wd[static_cast<std::size_t>(m0 + r)]);
+          masked_linear_weights(m0, work);
           w = work;
         } else if (!linear) {
           // scalar slot gate with content logits: α = softmax(b_r + u·x_t + U_r·x_t)
@@ -639,6 +638,27 @@ struct engine {
     }
   }
 
+  /// Weights of a linear pool renormalised over slots m0 … W−1 (as operator_spec::
+  /// linear_slot_weights, without allocating): computed in double, rounded once to Real.
+  void masked_linear_weights(index_t m0, Real* w) const noexcept {
+    const index_t n = W - m0;
+    const auto& sw = spec->slot_weights;
+    const auto& sb = spec->slot_bias;
+    double mx = 0.0;
+    if (spec->pool == pool_kind::slot_gate && !sb.empty()) {
+      mx = sb[static_cast<std::size_t>(m0)];
+      for (index_t r = m0; r < W; ++r) mx = std::max(mx, sb[static_cast<std::size_t>(r)]);
+    }
+    auto raw = [&](index_t r) -> double {
+      if (spec->pool == pool_kind::weights) return sw[static_cast<std::size_t>(r)];
+      if (spec->pool == pool_kind::slot_gate && !sb.empty()) return std::exp(sb[static_cast<std::size_t>(r)] - mx);
+      return 1.0;
+    };
+    double tot = 0.0;
+    for (index_t r = m0; r < W; ++r) tot += raw(r);
+    for (index_t i = 0; i < n; ++i) w[i] = static_cast<Real>(raw(m0 + i) / tot);
+  }
+
   void copy_row(const Real* src, Real* dst, bool nt) const noexcept {
     index_t k = 0;
     if constexpr (!simd::is_scalar_v<Arch>) {
@@ -696,6 +716,17 @@ index_t validate_call(const operator_spec& spec, const pool_params<Real>& p, ind
     require(E >= 1, "x.rows()", N,
             "too few tokens for one complete entry (the first entry ends at position " +
                 std::to_string(g.sources(0).last) + ")");
+  }
+  if (spec.pool == pool_kind::weights) {
+    // entries with masked leading slots renormalise over the rest: that rest must carry weight
+    for (index_t e = 0; g.masked_slots(e) > 0; ++e) {
+      const index_t m0 = g.masked_slots(e);
+      double tot = 0.0;
+      for (index_t r = m0; r < spec.grid.window; ++r) tot += spec.slot_weights[static_cast<std::size_t>(r)];
+      require(tot > 0.0, "slot_weights", tot,
+              "the unmasked slots " + std::to_string(m0) + "… of entry " + std::to_string(e) +
+                  " (before position 0 the rest is masked) must not all have zero weight");
+    }
   }
   if (spec.rope.anchor != rope_anchor::none) {
     const index_t c = p.output_dim(spec, d);
