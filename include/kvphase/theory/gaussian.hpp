@@ -611,7 +611,8 @@ inline phase_recall predict_recall_at(const compress::operator_spec& spec, const
 inline double overlap_approximation_bound(const compress::operator_spec& spec) {
   const index_t ratio = ceil_div(spec.grid.window, spec.grid.stride);
   if (ratio <= 1) return 0.0;
-  return ratio <= 2 ? 0.01 : 0.03;
+  if (ratio <= 2) return 0.01;
+  return ratio <= 8 ? 0.03 : 0.05;
 }
 
 /// Per-phase predicted recall of the needle task for a content-independent linear operator.
