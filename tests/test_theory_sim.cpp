@@ -15,7 +15,10 @@ using namespace kvphase;
 namespace {
 
 int compare(const sim::sweep_config& c, double bound, const std::string& label) {
-  const auto pred = theory::predict_sweep_needle(c.op, c.needle, c.window, c.modulus);
+  theory::gate_options go;
+  go.gate_samples = 64;
+  go.grid_points = 401;
+  const auto pred = theory::predict_sweep_needle(c.op, c.needle, c.window, c.modulus, {}, go);
   REQUIRE(pred.covered);
   const auto res = sim::run_sweep(c);
   int bad = 0;
@@ -99,6 +102,17 @@ TEST_CASE("theory: content-gated sweep prediction against the sweep engine", "[t
 }
 
 TEST_CASE("theory: sweep prediction reports configurations outside the theory", "[theory]") {
+  {
+    const compress::operator_spec mean{.grid = {.window = 4, .stride = 4}};
+    const tasks::needle_config nc{.context = 1024, .dim = 16, .query_noise = 0.5};
+    const auto by_phase = theory::predict_recall_by_phase(mean, nc);
+    REQUIRE(by_phase.covered);
+    const auto m = theory::to_needle_model(nc);
+    CHECK(m.snr == Approx(4.0));
+    CHECK(by_phase.phases.size() == 4);
+    const auto direct = theory::predict_recall_by_phase(mean, m);
+    CHECK(by_phase.phases[2].recall == direct.phases[2].recall);
+  }
   compress::operator_spec op{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::max};
   const auto p = theory::predict_sweep_needle(op, {.context = 1024, .dim = 16});
   CHECK_FALSE(p.covered);

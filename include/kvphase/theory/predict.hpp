@@ -39,6 +39,15 @@ inline needle_model to_needle_model(const tasks::needle_config& c) {
   return m;
 }
 
+/// Per-phase (φ = 0 … S−1) recall of the compressed model for a sweep's needle task (no raw
+/// window), or covered = false with the reason.
+inline recall_prediction predict_recall_by_phase(const compress::operator_spec& op, const tasks::needle_config& needle,
+                                                 const recall_options& options = {}) {
+  const needle_model m = to_needle_model(needle);
+  if (op.pool == compress::pool_kind::slot_gate && op.content_std > 0) return predict_recall_gated(op, m);
+  return predict_recall_by_phase(op, m, options);
+}
+
 /// Predictions for a needle sweep, one value per phase group.
 struct sweep_prediction {
   bool covered = true;
@@ -49,11 +58,12 @@ struct sweep_prediction {
 };
 
 /// Per-group predicted recall for a needle sweep with operator `op`, `raw_window` raw tokens in
-/// the compressed model and `groups` phase groups (0 = the stride). Never throws for
+/// the compressed model and `groups` phase groups (0 = the stride); `gates` controls the numerical
+/// integral for slot gates with content logits. Never throws for
 /// configurations outside the theory: returns covered = false with the reason.
 inline sweep_prediction predict_sweep_needle(const compress::operator_spec& op, const tasks::needle_config& needle,
                                              index_t raw_window = 0, index_t groups = 0,
-                                             const recall_options& options = {}) {
+                                             const recall_options& options = {}, const gate_options& gates = {}) {
   op.validate();
   require(raw_window >= 0, "raw_window", raw_window, "must be >= 0");
   require(groups >= 0, "groups", groups, "must be >= 0 (0: the stride)");
@@ -71,7 +81,7 @@ inline sweep_prediction predict_sweep_needle(const compress::operator_spec& op, 
       out.reason = "content-logit gates with a raw window are not modelled";
       return out;
     }
-    per_phase = predict_recall_gated(op, m);
+    per_phase = predict_recall_gated(op, m, gates);
   } else {
     per_phase = predict_recall_by_phase(op, m, opt);
   }
