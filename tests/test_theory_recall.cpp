@@ -222,29 +222,29 @@ TEST_CASE("theory: edge cases are exact", "[theory]") {
 
 TEST_CASE("theory: bad inputs are rejected with the parameter named", "[theory]") {
   auto s = make_spec(4, 4, profile::uniform, 12);
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 0}), Catch::Contains("context"));
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64, .dim = 0}), Catch::Contains("dim"));
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64, .key_span = 0}), Catch::Contains("key_span"));
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64, .snr = -1.0}), Catch::Contains("snr"));
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64, .snr = NAN}), Catch::Contains("snr"));
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64, .target_position = 64}),
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 0}), Catch::Contains("context"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64, .dim = 0}), Catch::Contains("dim"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64, .key_span = 0}), Catch::Contains("key_span"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64, .snr = -1.0}), Catch::Contains("snr"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64, .snr = NAN}), Catch::Contains("snr"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64, .target_position = 64}),
                     Catch::Contains("target_position"));
   theory::recall_options o;
   o.samples = 1;
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64}, o), Catch::Contains("samples"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64}, o), Catch::Contains("samples"));
   o = {};
   o.tolerance = 0;
-  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, {.context = 64}, o), Catch::Contains("tolerance"));
+  CHECK_THROWS_WITH(theory::predict_recall_by_phase(s, theory::needle_model{.context = 64}, o), Catch::Contains("tolerance"));
   CHECK_THROWS_WITH(theory::predict_recall_at(s, {.context = 64}, 0, 70), Catch::Contains("position"));
   // outside the theory: reported, not thrown
   auto mx = s;
   mx.pool = compress::pool_kind::max;
-  const auto out = theory::predict_recall_by_phase(mx, {.context = 64});
+  const auto out = theory::predict_recall_by_phase(mx, theory::needle_model{.context = 64});
   CHECK_FALSE(out.covered);
   CHECK_THAT(out.reason, Catch::Contains("max"));
   auto rn = s;
   rn.rmsnorm = true;
-  CHECK_FALSE(theory::predict_recall_by_phase(rn, {.context = 64}).covered);
+  CHECK_FALSE(theory::predict_recall_by_phase(rn, theory::needle_model{.context = 64}).covered);
 }
 
 TEST_CASE("theory: full grid of configurations against simulation", "[theory][slow]") {
