@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
       const auto spec = c.spec();
       std::printf("# the raw window covers the whole target at every phase for distance (query - first target token) <= %lld\n",
                   static_cast<long long>(theory::window_invariant_distance(raw_window, c.key_span)));
-      std::printf("# beyond %lld every phase depends on the compressed entries only\n",
+      std::printf("# from distance %lld on, no target token is raw: every phase depends on the compressed entries only\n",
                   static_cast<long long>(theory::window_compressed_only_distance(raw_window, c.key_span)));
       return 0;
     }
