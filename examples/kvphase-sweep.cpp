@@ -15,6 +15,7 @@
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/theory/predict.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -197,10 +198,20 @@ nlohmann::json config_json(const cli_options& o, const sim::sweep_config& c) {
   return j;
 }
 
-/// Hook for the theory column (--theory): per-group predicted recall of the compressed and
-/// full models for this configuration, or nothing when no prediction is available.
-std::optional<std::pair<std::vector<double>, std::vector<double>>> theory_prediction(const sim::sweep_config&) {
-  return std::nullopt;
+/// The theory column (--theory): per-group predicted recall of the compressed and full models
+/// (theory/predict.hpp), or nothing when the configuration is outside the theory.
+std::optional<std::pair<std::vector<double>, std::vector<double>>> theory_prediction(const sim::sweep_config& c,
+                                                                                      std::string& reason) {
+  if (c.task != sim::task_kind::needle) {
+    reason = "the theory column covers the needle task";
+    return std::nullopt;
+  }
+  const auto p = kvphase::theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
+  if (!p.covered) {
+    reason = p.reason;
+    return std::nullopt;
+  }
+  return std::make_pair(p.compressed, p.full);
 }
 
 }  // namespace
@@ -257,8 +268,9 @@ int main(int argc, char** argv) {
     const sim::sweep_config c = make_config(o);
     std::optional<std::pair<std::vector<double>, std::vector<double>>> theory;
     if (o.theory) {
-      theory = theory_prediction(c);
-      kvphase::require(theory.has_value(), "theory", "on", "no prediction is available for this configuration");
+      std::string reason;
+      theory = theory_prediction(c, reason);
+      kvphase::require(theory.has_value(), "theory", "on", "no prediction for this configuration: " + reason);
     }
     const auto t0 = std::chrono::steady_clock::now();
     bool shown = false;
