@@ -1,11 +1,60 @@
 #pragma once
 /// \file kvphase.hpp  Umbrella header: everything public in kvphase.
+///
+///   core/      errors, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
+///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
+///   attention/ kernels, full / compressed / selected attention, multi-head, toy models
+///   tasks/     needle, key-value pairs, padding flip
+///   sim/       Gaussian generator, key-space and score-space sweep engines, shards
+///   stats/     binomial intervals, uniformity and periodicity tests, phase gap, seeds
+///   theory/    analytic per-phase recall (Gaussian, Gumbel, straddling, gates, heads, ...)
+///   io/        CSV / JSON with provenance, the sweep output format
+///   train/     trainable toy retrieval models, mitigations
 #include "kvphase/version.hpp"
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/parallel.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
+#include "kvphase/compress/compress.hpp"
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/pool.hpp"
+#include "kvphase/compress/position.hpp"
+#include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
+
+#include "kvphase/attention/compressed.hpp"
+#include "kvphase/attention/full.hpp"
+#include "kvphase/attention/kernels.hpp"
+#include "kvphase/attention/model.hpp"
+#include "kvphase/attention/multihead.hpp"
+#include "kvphase/attention/select.hpp"
+
+#include "kvphase/tasks/kv_pairs.hpp"
+#include "kvphase/tasks/needle.hpp"
+#include "kvphase/tasks/padding.hpp"
+
+#include "kvphase/sim/general_model.hpp"
+#include "kvphase/sim/linear_model.hpp"
+#include "kvphase/sim/noise_scores.hpp"
+#include "kvphase/sim/normal.hpp"
+#include "kvphase/sim/shard.hpp"
+#include "kvphase/sim/sweep.hpp"
+
+#include "kvphase/stats/aggregate.hpp"
+#include "kvphase/stats/bootstrap.hpp"
+#include "kvphase/stats/gap.hpp"
+#include "kvphase/stats/intervals.hpp"
+#include "kvphase/stats/periodicity.hpp"
+#include "kvphase/stats/uniformity.hpp"
+
+#include "kvphase/theory/theory.hpp"
+
+#include "kvphase/io/csv.hpp"
+#include "kvphase/io/json.hpp"
+#include "kvphase/io/provenance.hpp"
+#include "kvphase/io/sweep_format.hpp"
+
+#include "kvphase/train/mitigations.hpp"

@@ -68,6 +68,42 @@ constexpr index_t lanes() noexcept {
 
 // ---- batch-level helpers -------------------------------------------------------------------------
 
+/// Fused multiply-add a·b + c with one rounding on every hardware-FMA path. xsimd 8.1 has no
+/// AVX-512 fma kernel (it falls back to a*b + c, fused only when the compiler contracts it, which
+/// differs between optimisation levels), so 512-bit batches go to the intrinsic here.
+template <class Real, class Arch>
+inline xsimd::batch<Real, Arch> fma(const xsimd::batch<Real, Arch>& a, const xsimd::batch<Real, Arch>& b,
+                                   const xsimd::batch<Real, Arch>& c) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(xsimd::batch<Real, Arch>) == 64) {
+    if constexpr (std::is_same_v<Real, float>) {
+      return xsimd::batch<Real, Arch>(_mm512_fmadd_ps(a, b, c));
+    } else {
+      return xsimd::batch<Real, Arch>(_mm512_fmadd_pd(a, b, c));
+    }
+  }
+#endif
+  return xsimd::fma(a, b, c);
+}
+
+/// Whether simd::fma<Real, Arch> rounds once (a hardware FMA on that path). The scalar
+/// reference computes a*b + c as written (two roundings unless the compiler contracts).
+template <class Arch>
+constexpr bool fused_fma() noexcept {
+  if constexpr (is_scalar_v<Arch>) {
+    return false;
+  } else {
+#if defined(__AVX512F__)
+    if constexpr (Arch::alignment() == 64) return true;
+#endif
+#if defined(__FMA__)
+    if constexpr (Arch::alignment() == 32) return true;
+#endif
+    return false;
+  }
+}
+
+
 /// Horizontal sum of a batch.
 template <class Real, class Arch>
 inline Real hsum(const xsimd::batch<Real, Arch>& b) noexcept {
@@ -99,12 +135,12 @@ inline Real dot(const Real* a, const Real* b, index_t n) noexcept {
     B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
     index_t i = 0;
     for (; i + 4 * L <= n; i += 4 * L) {
-      s0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
-      s1 = xsimd::fma(B::load_unaligned(a + i + L), B::load_unaligned(b + i + L), s1);
-      s2 = xsimd::fma(B::load_unaligned(a + i + 2 * L), B::load_unaligned(b + i + 2 * L), s2);
-      s3 = xsimd::fma(B::load_unaligned(a + i + 3 * L), B::load_unaligned(b + i + 3 * L), s3);
+      s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+      s1 = simd::fma(B::load_unaligned(a + i + L), B::load_unaligned(b + i + L), s1);
+      s2 = simd::fma(B::load_unaligned(a + i + 2 * L), B::load_unaligned(b + i + 2 * L), s2);
+      s3 = simd::fma(B::load_unaligned(a + i + 3 * L), B::load_unaligned(b + i + 3 * L), s3);
     }
-    for (; i + L <= n; i += L) s0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+    for (; i + L <= n; i += L) s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
     Real s = hsum((s0 + s1) + (s2 + s3));
     for (; i < n; ++i) s += a[i] * b[i];
     return s;
@@ -120,7 +156,7 @@ inline void axpy(Real alpha, const Real* x, Real* y, index_t n) noexcept {
     constexpr index_t L = B::size;
     const B va(alpha);
     for (; i + L <= n; i += L) {
-      xsimd::fma(va, B::load_unaligned(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
+      simd::fma(va, B::load_unaligned(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
     }
   }
   for (; i < n; ++i) y[i] += alpha * x[i];

@@ -66,16 +66,16 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
         eng.next(blk);
         const B q0(q[2 * i]), q1(q[2 * i + 1]);
         for (index_t k = 0; k < sub; ++k) {
-          acc[static_cast<std::size_t>(k)] = detail::fmadd<Arch>(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+          acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
           acc[static_cast<std::size_t>(k)] =
-              detail::fmadd<Arch>(q1, blk[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
+              simd::fma(q1, blk[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
         }
       }
       if (odd) {
         eng.next(blk);
         const B q0(q[d - 1]);
         for (index_t k = 0; k < sub; ++k)
-          acc[static_cast<std::size_t>(k)] = detail::fmadd<Arch>(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+          acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
       }
       if (t0 + normal_lanes <= n) {
         for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_unaligned(out + t0 + k * L);

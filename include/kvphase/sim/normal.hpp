@@ -83,36 +83,10 @@ inline constexpr float half_2_24 = 0x1.0p-25f;
 
 inline std::uint64_t rotl64(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
 
-/// a·b + c with one rounding on every path that has hardware FMA. xsimd 8.1 has no AVX-512
-/// override of fma (its generic a*b + c is fused only when the compiler contracts it, which
-/// e.g. sanitizer builds do not), so AVX-512 calls the intrinsic directly.
+/// Whether simd::fma on Arch rounds once (see core/simd.hpp; the scalar reference calls std::fma
+/// itself where the SIMD code fuses).
 template <class Arch>
-inline xsimd::batch<float, Arch> fmadd(const xsimd::batch<float, Arch>& a, const xsimd::batch<float, Arch>& b,
-                                       const xsimd::batch<float, Arch>& c) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (sizeof(xsimd::batch<float, Arch>) == 64) return xsimd::batch<float, Arch>(_mm512_fmadd_ps(a, b, c));
-#endif
-  return xsimd::fma(a, b, c);
-}
-
-/// Whether fmadd<Arch> is a single-rounding FMA (hardware FMA on that path; false for scalar,
-/// whose reference code calls std::fma itself).
-template <class Arch>
-constexpr bool fused_fma() noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) {
-    return false;
-  } else {
-#if defined(__AVX512F__)
-    if (sizeof(xsimd::batch<float, Arch>) == 64) return true;
-#endif
-#if defined(__FMA__)
-    if (sizeof(xsimd::batch<float, Arch>) == 32) return true;
-#endif
-    return false;
-  }
-}
-template <class Arch>
-inline constexpr bool fused_fma_v = fused_fma<Arch>();
+inline constexpr bool fused_fma_v = simd::fused_fma<Arch>();
 
 /// Scalar reference of one Box–Muller pair from two 32-bit words (same operation order as SIMD).
 inline void box_muller_scalar(std::uint32_t w1, std::uint32_t w2, float& zc, float& zs) noexcept {
@@ -224,8 +198,8 @@ class normal_engine {
     const batch_f inv(detail::inv_2_24), half(detail::half_2_24);
     // (w >> 8) as a logical shift: mask after the arithmetic shift
     const batch_i m24(0x00ffffff);
-    const batch_f u1 = detail::fmadd<Arch>(xsimd::to_float((w1 >> 8) & m24), inv, half);
-    const batch_f u2 = detail::fmadd<Arch>(xsimd::to_float((w2 >> 8) & m24), inv, half);
+    const batch_f u1 = simd::fma(xsimd::to_float((w1 >> 8) & m24), inv, half);
+    const batch_f u2 = simd::fma(xsimd::to_float((w2 >> 8) & m24), inv, half);
     // ln u1
     const batch_i ix = xsimd::bitwise_cast<batch_i>(u1);
     batch_f e = xsimd::to_float((ix >> 23) - batch_i(127));
@@ -235,22 +209,22 @@ class normal_engine {
     e = xsimd::select(big, e + batch_f(1.0f), e);
     const batch_f f = m - batch_f(1.0f);
     batch_f p(detail::log_p[0]);
-    for (int i = 1; i < 9; ++i) p = detail::fmadd<Arch>(p, f, batch_f(detail::log_p[i]));
+    for (int i = 1; i < 9; ++i) p = simd::fma(p, f, batch_f(detail::log_p[i]));
     const batch_f f2 = f * f;
-    const batch_f lnm = detail::fmadd<Arch>(f2 * f, p, detail::fmadd<Arch>(batch_f(-0.5f), f2, f));
-    const batch_f ln_u = detail::fmadd<Arch>(e, batch_f(detail::ln2f), lnm);
+    const batch_f lnm = simd::fma(f2 * f, p, simd::fma(batch_f(-0.5f), f2, f));
+    const batch_f ln_u = simd::fma(e, batch_f(detail::ln2f), lnm);
     const batch_f r = xsimd::sqrt(batch_f(-2.0f) * ln_u);
     // sincos of 2π u2
-    const batch_i n = xsimd::to_int(detail::fmadd<Arch>(u2, batch_f(4.0f), batch_f(0.5f)));
-    const batch_f fr = detail::fmadd<Arch>(xsimd::to_float(n), batch_f(-0.25f), u2);
+    const batch_i n = xsimd::to_int(simd::fma(u2, batch_f(4.0f), batch_f(0.5f)));
+    const batch_f fr = simd::fma(xsimd::to_float(n), batch_f(-0.25f), u2);
     const batch_f x = fr * batch_f(detail::two_pi_f);
     const batch_f x2 = x * x;
-    const batch_f sp = detail::fmadd<Arch>(detail::fmadd<Arch>(batch_f(detail::sin_c[2]), x2, batch_f(detail::sin_c[1])), x2,
+    const batch_f sp = simd::fma(simd::fma(batch_f(detail::sin_c[2]), x2, batch_f(detail::sin_c[1])), x2,
                                   batch_f(detail::sin_c[0]));
-    const batch_f sn = detail::fmadd<Arch>(x2 * x, sp, x);
-    const batch_f cp = detail::fmadd<Arch>(detail::fmadd<Arch>(batch_f(detail::cos_c[2]), x2, batch_f(detail::cos_c[1])), x2,
+    const batch_f sn = simd::fma(x2 * x, sp, x);
+    const batch_f cp = simd::fma(simd::fma(batch_f(detail::cos_c[2]), x2, batch_f(detail::cos_c[1])), x2,
                                   batch_f(detail::cos_c[0]));
-    const batch_f cs = detail::fmadd<Arch>(x2 * x2, cp, detail::fmadd<Arch>(batch_f(-0.5f), x2, batch_f(1.0f)));
+    const batch_f cs = simd::fma(x2 * x2, cp, simd::fma(batch_f(-0.5f), x2, batch_f(1.0f)));
     // quadrant swap and signs in integer lanes (no float compare of bit patterns, so the result
     // does not depend on denormals-are-zero modes)
     const batch_i odd = batch_i(0) - (n & batch_i(1));  // all ones in odd quadrants
