@@ -69,3 +69,7 @@ set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WIL
 add_test(NAME example.sweep_bad_value_message COMMAND kvphase-sweep --task haystack)
 set_tests_properties(example.sweep_bad_value_message PROPERTIES LABELS "example;sim"
   PASS_REGULAR_EXPRESSION "task = haystack")
+# guides: each docs/<module>.md example runs and prints a checked line, so the guides cannot rot.
+add_test(NAME example.guide_compress COMMAND guide_compress)
+set_tests_properties(example.guide_compress PROPERTIES LABELS "example;guide"
+  PASS_REGULAR_EXPRESSION "stream: 25 entries, identical to one-shot: yes")
