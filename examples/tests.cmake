@@ -73,3 +73,6 @@ set_tests_properties(example.sweep_bad_value_message PROPERTIES LABELS "example;
 add_test(NAME example.guide_compress COMMAND guide_compress)
 set_tests_properties(example.guide_compress PROPERTIES LABELS "example;guide"
   PASS_REGULAR_EXPRESSION "stream: 25 entries, identical to one-shot: yes")
+add_test(NAME example.guide_attention COMMAND guide_attention)
+set_tests_properties(example.guide_attention PROPERTIES LABELS "example;guide"
+  PASS_REGULAR_EXPRESSION "matches full attention: yes.*t = 7 and t = 63: 2 and 3 selected")
