@@ -76,3 +76,9 @@ set_tests_properties(example.guide_compress PROPERTIES LABELS "example;guide"
 add_test(NAME example.guide_attention COMMAND guide_attention)
 set_tests_properties(example.guide_attention PROPERTIES LABELS "example;guide"
   PASS_REGULAR_EXPRESSION "matches full attention: yes.*t = 7 and t = 63: 2 and 3 selected")
+# demo: the flagship demo's short form (200 trials per group): periodic compressed model, flat
+# full attention on the same inputs, CSV and JSON written.
+add_test(NAME example.demo_quick
+  COMMAND demo --trials 200 --threads 2 --out ${CMAKE_CURRENT_BINARY_DIR}/demo_quick)
+set_tests_properties(example.demo_quick PROPERTIES LABELS "example;demo"
+  PASS_REGULAR_EXPRESSION "periodic compressed model: yes; flat full attention: yes")
