@@ -82,3 +82,7 @@ add_test(NAME example.demo_quick
   COMMAND demo --trials 200 --threads 2 --out ${CMAKE_CURRENT_BINARY_DIR}/demo_quick)
 set_tests_properties(example.demo_quick PROPERTIES LABELS "example;demo"
   PASS_REGULAR_EXPRESSION "periodic compressed model: yes; flat full attention: yes")
+# README: the code example in README.md (examples/quickstart.cpp) runs and shows the weak spots.
+add_test(NAME example.quickstart COMMAND quickstart)
+set_tests_properties(example.quickstart PROPERTIES LABELS "example"
+  PASS_REGULAR_EXPRESSION "phase 1: compressed 0\\.0[0-9]+ \\(theory 0\\.0")
