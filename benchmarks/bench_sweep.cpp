@@ -1,6 +1,9 @@
 // Phase-sweep throughput, as fractions of the library's own Gaussian generator measured in the
 // same process (reference/performance.md §1 job C):
 //   BM_generator/threads:T        normals/s of sim::normal_generator (per core and total);
+//   BM_generator_variants         1 thread, raw engine loop: v0 = generic xsimd transform one block
+//                                 at a time (the earlier generator), v1 = the library's engine;
+//                                 their median ratio from alternating back-to-back runs;
 //   BM_key_space/threads:T        needle trials/s at N = 8192, d = 64, W = S = 4 mean, compressed
 //                                 and full models on the same keys; gen_frac = trials/s × normals
 //                                 per trial / generator normals/s at the same thread count;
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <map>
 #include <vector>
 
@@ -49,6 +53,61 @@ double generator_rate(int threads, double seconds = 0.05) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return kvphase::bench::median(reps);
+}
+
+/// CPU time of the calling thread: rates per CPU-second stay meaningful on a shared, loaded machine.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// Normals per CPU-second of the raw engine loop, 1 thread: variant 0 = generic xsimd transform one
+/// block at a time (the previous generator), 1 = the library's engine (AVX-512 intrinsics, next2).
+/// Same stream, so the two are directly comparable; run back to back, alternating, medians.
+template <bool Native, bool Pairs>
+double engine_rate(double seconds) {
+  using E = sim::normal_engine<kvphase::simd::default_arch, Native>;
+  constexpr index_t L = E::L;
+  alignas(64) static float buf[32768];
+  E e(sim::seed_normal_state(1, 0));
+  typename E::block_type a, b;
+  std::int64_t total = 0;
+  const double start = thread_cpu_seconds();
+  double el = 0;
+  while ((el = thread_cpu_seconds() - start) < seconds) {
+    for (int rep = 0; rep < 16; ++rep) {
+      for (index_t i = 0; i < 32768; i += 64) {
+        if constexpr (Pairs) {
+          e.next2(a, b);
+        } else {
+          e.next(a);
+          e.next(b);
+        }
+        for (std::size_t k = 0; k < a.size(); ++k) a[k].store_aligned(buf + i + static_cast<index_t>(k) * L);
+        for (std::size_t k = 0; k < b.size(); ++k) b[k].store_aligned(buf + i + 32 + static_cast<index_t>(k) * L);
+      }
+      total += 32768;
+    }
+  }
+  kvphase::bench::keep(buf[7]);
+  return static_cast<double>(total) / el;
+}
+
+void BM_generator_variants(benchmark::State& state) {
+  std::vector<double> v0, v1, ratio;
+  for (auto _ : state) {
+    for (int r = 0; r < 5; ++r) {
+      const double a = engine_rate<false, false>(0.02);
+      const double b = engine_rate<true, true>(0.02);
+      v0.push_back(a);
+      v1.push_back(b);
+      ratio.push_back(b / a);
+    }
+  }
+  state.counters["v0_generic_per_core"] = kvphase::bench::median(v0);
+  state.counters["v1_native_per_core"] = kvphase::bench::median(v1);
+  state.counters["v1_over_v0"] = kvphase::bench::median(ratio);
 }
 
 double cached_generator_rate(int threads) {
@@ -120,6 +179,7 @@ void BM_generator_smoke(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_generator)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_generator_variants)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_key_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_score_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_key_space_smoke)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

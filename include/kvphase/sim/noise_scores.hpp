@@ -59,17 +59,29 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
     using B = xsimd::batch<float, Arch>;
     constexpr index_t L = normal_engine<Arch>::L;
     constexpr index_t sub = normal_engine<Arch>::sub;
+    typename normal_engine<Arch>::block_type blk2;
     for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
       std::array<B, sub> acc;
       for (auto& a : acc) a = B(0.0f);
-      for (index_t i = 0; i < pairs; ++i) {
-        eng.next(blk);
+      // channels 2i, 2i + 1 of block i; blocks two at a time (next2 overlaps their transforms),
+      // accumulated in channel order as the scalar path does
+      auto accumulate = [&](const typename normal_engine<Arch>::block_type& b, index_t i) {
         const B q0(q[2 * i]), q1(q[2 * i + 1]);
         for (index_t k = 0; k < sub; ++k) {
-          acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+          acc[static_cast<std::size_t>(k)] = simd::fma(q0, b[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
           acc[static_cast<std::size_t>(k)] =
-              simd::fma(q1, blk[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
+              simd::fma(q1, b[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
         }
+      };
+      index_t i = 0;
+      for (; i + 2 <= pairs; i += 2) {
+        eng.next2(blk, blk2);
+        accumulate(blk, i);
+        accumulate(blk2, i + 1);
+      }
+      if (i < pairs) {
+        eng.next(blk);
+        accumulate(blk, i);
       }
       if (odd) {
         eng.next(blk);

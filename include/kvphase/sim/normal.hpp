@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numbers>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -136,8 +137,16 @@ inline void box_muller_scalar(std::uint32_t w1, std::uint32_t w2, float& zc, flo
 }  // namespace detail
 
 /// Register-resident generator for one arch. Usage: construct from a state, call next() per
-/// block, store() back if the stream continues elsewhere.
-template <class Arch = simd::default_arch>
+/// block (or next2() for two consecutive blocks computed interleaved), store() back if the stream
+/// continues elsewhere.
+///
+/// On 512-bit batches with AVX-512F (and Native = true) the Box–Muller transform is written with
+/// intrinsics: ln's range reduction by vgetexpps/vgetmantps (exactly the exponent and [1, 2)
+/// mantissa the generic path extracts with integer operations, then the same √2 fold), the
+/// quadrant swap by mask blends and the signs by vpternlogd. Every value it computes is the one the
+/// generic path computes, so the stream is unchanged (bitwise). Native = false keeps the generic
+/// xsimd path on every arch (tests and benchmarks compare the two).
+template <class Arch = simd::default_arch, bool Native = true>
 class normal_engine {
  public:
   using batch_f = xsimd::batch<float, Arch>;
@@ -166,6 +175,53 @@ class normal_engine {
   /// Next block of 32 normals.
   inline void next(block_type& out) noexcept {
     std::array<batch_u, nb> o;
+    step(o);
+#if defined(__AVX512F__)
+    if constexpr (native512) {
+      // sub = 1: batch 0 holds the u1 words, batch 1 the u2 words
+      __m512 zc[1], zs[1];
+      const __m512i w1[1] = {o[0]}, w2[1] = {o[1]};
+      transform512<1>(w1, w2, zc, zs);
+      out[0] = zc[0];
+      out[1] = zs[0];
+      return;
+    }
+#endif
+    // u64 batch b covers lanes [b·UL, b·UL + UL) = words [b·L, b·L + L): float batch b of u1
+    // for b < sub, of u2 for b ≥ sub.
+    for (index_t k = 0; k < sub; ++k) {
+      transform(xsimd::bitwise_cast<batch_i>(o[k]), xsimd::bitwise_cast<batch_i>(o[sub + k]), out[k],
+                out[sub + k]);
+    }
+  }
+
+  /// Next two blocks (a, then b): the same values as next(a); next(b), with the two transforms
+  /// interleaved so their long dependency chains (ln polynomial, sqrt) overlap.
+  inline void next2(block_type& a, block_type& b) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (native512) {
+      std::array<batch_u, nb> oa, ob;
+      step(oa);
+      step(ob);
+      __m512 zc[2], zs[2];
+      const __m512i w1[2] = {oa[0], ob[0]}, w2[2] = {oa[1], ob[1]};
+      transform512<2>(w1, w2, zc, zs);
+      a[0] = zc[0];
+      a[1] = zs[0];
+      b[0] = zc[1];
+      b[1] = zs[1];
+      return;
+    }
+#endif
+    next(a);
+    next(b);
+  }
+
+ private:
+  static constexpr bool native512 = Native && sizeof(batch_f) == 64;
+
+  /// One xoshiro256++ step of all lanes; o receives the outputs.
+  inline void step(std::array<batch_u, nb>& o) noexcept {
     for (index_t b = 0; b < nb; ++b) {
       const batch_u s0 = s_[0][b], s1 = s_[1][b], s2 = s_[2][b], s3 = s_[3][b];
       o[b] = rotl<23>(s0 + s3) + s0;
@@ -177,15 +233,70 @@ class normal_engine {
       s_[2][b] = n2 ^ t;
       s_[3][b] = rotl<45>(n3);
     }
-    // u64 batch b covers lanes [b·UL, b·UL + UL) = words [b·L, b·L + L): float batch b of u1
-    // for b < sub, of u2 for b ≥ sub.
-    for (index_t k = 0; k < sub; ++k) {
-      transform(xsimd::bitwise_cast<batch_i>(o[k]), xsimd::bitwise_cast<batch_i>(o[sub + k]), out[k],
-                out[sub + k]);
-    }
   }
 
- private:
+#if defined(__AVX512F__)
+  /// K independent Box–Muller transforms of 16 lanes each, stage by stage so they interleave.
+  /// Same operations and rounding as transform() (see there for the meaning of each step).
+  template <int K>
+  static inline void transform512(const __m512i (&w1)[K], const __m512i (&w2)[K], __m512 (&zc)[K],
+                                  __m512 (&zs)[K]) noexcept {
+    const __m512 inv = _mm512_set1_ps(detail::inv_2_24), half = _mm512_set1_ps(detail::half_2_24);
+    __m512 u1[K], u2[K], m[K], e[K], p[K], r[K];
+    for (int k = 0; k < K; ++k) {
+      u1[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w1[k], 8)), inv, half);
+      u2[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w2[k], 8)), inv, half);
+    }
+    // ln u1: u1 = m·2^e with m ∈ [1, 2) (u1 ≥ 2⁻²⁵ is normal), folded to [√½, √2)
+    const __m512 fold = _mm512_set1_ps(2.0f * detail::sqrt_half_f);
+    for (int k = 0; k < K; ++k) {
+      m[k] = _mm512_getmant_ps(u1[k], _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
+      e[k] = _mm512_getexp_ps(u1[k]);
+      const __mmask16 big = _mm512_cmp_ps_mask(m[k], fold, _CMP_GT_OQ);
+      m[k] = _mm512_mask_mul_ps(m[k], big, m[k], _mm512_set1_ps(0.5f));
+      e[k] = _mm512_mask_add_ps(e[k], big, e[k], _mm512_set1_ps(1.0f));
+      m[k] = _mm512_sub_ps(m[k], _mm512_set1_ps(1.0f));  // f
+      p[k] = _mm512_set1_ps(detail::log_p[0]);
+    }
+    for (int i = 1; i < 9; ++i)
+      for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], m[k], _mm512_set1_ps(detail::log_p[i]));
+    for (int k = 0; k < K; ++k) {
+      const __m512 f = m[k];
+      const __m512 f2 = _mm512_mul_ps(f, f);
+      const __m512 lnm = _mm512_fmadd_ps(_mm512_mul_ps(f2, f), p[k], _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), f2, f));
+      const __m512 ln_u = _mm512_fmadd_ps(e[k], _mm512_set1_ps(detail::ln2f), lnm);
+      r[k] = _mm512_sqrt_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ln_u));
+    }
+    // sincos of 2π u2
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    for (int k = 0; k < K; ++k) {
+      const __m512i n = _mm512_cvttps_epi32(_mm512_fmadd_ps(u2[k], _mm512_set1_ps(4.0f), _mm512_set1_ps(0.5f)));
+      const __m512 fr = _mm512_fmadd_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(-0.25f), u2[k]);
+      const __m512 x = _mm512_mul_ps(fr, _mm512_set1_ps(detail::two_pi_f));
+      const __m512 x2 = _mm512_mul_ps(x, x);
+      const __m512 sp = _mm512_fmadd_ps(
+          _mm512_fmadd_ps(_mm512_set1_ps(detail::sin_c[2]), x2, _mm512_set1_ps(detail::sin_c[1])), x2,
+          _mm512_set1_ps(detail::sin_c[0]));
+      const __m512 sn = _mm512_fmadd_ps(_mm512_mul_ps(x2, x), sp, x);
+      const __m512 cp = _mm512_fmadd_ps(
+          _mm512_fmadd_ps(_mm512_set1_ps(detail::cos_c[2]), x2, _mm512_set1_ps(detail::cos_c[1])), x2,
+          _mm512_set1_ps(detail::cos_c[0]));
+      const __m512 cs =
+          _mm512_fmadd_ps(_mm512_mul_ps(x2, x2), cp, _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), x2, _mm512_set1_ps(1.0f)));
+      // odd quadrants swap cos and sin; bit 1 of n (of n + 1) is the sign of sin (of cos):
+      // n << 30 puts bit 1 of n in the sign position, and (n + 1) << 30 = (n << 30) + 2³⁰
+      const __mmask16 odd = _mm512_test_epi32_mask(n, _mm512_set1_epi32(1));
+      const __m512i c = _mm512_castps_si512(_mm512_mask_blend_ps(odd, cs, sn));
+      const __m512i s = _mm512_castps_si512(_mm512_mask_blend_ps(odd, sn, cs));
+      const __m512i n30 = _mm512_slli_epi32(n, 30);
+      const __m512i c30 = _mm512_add_epi32(n30, _mm512_set1_epi32(1 << 30));
+      // a ^ (b & sign): truth table 0xF0 ^ (0xCC & 0xAA) = 0x78
+      zc[k] = _mm512_mul_ps(r[k], _mm512_castsi512_ps(_mm512_ternarylogic_epi32(c, c30, sign, 0x78)));
+      zs[k] = _mm512_mul_ps(r[k], _mm512_castsi512_ps(_mm512_ternarylogic_epi32(s, n30, sign, 0x78)));
+    }
+  }
+#endif
+
   template <int K>
   static inline batch_u rotl(const batch_u& x) noexcept {
 #if defined(__AVX512F__)
@@ -242,8 +353,8 @@ class normal_engine {
 };
 
 /// Scalar reference engine: same stream, same operation order, plain loops.
-template <>
-class normal_engine<simd::scalar> {
+template <bool Native>
+class normal_engine<simd::scalar, Native> {
  public:
   static constexpr index_t L = 1;
   using block_type = std::array<float, normal_block>;
@@ -274,6 +385,10 @@ class normal_engine<simd::scalar> {
       detail::box_muller_scalar(words[j], words[normal_lanes + j], out[static_cast<std::size_t>(j)],
                                 out[static_cast<std::size_t>(normal_lanes + j)]);
   }
+  void next2(block_type& a, block_type& b) noexcept {
+    next(a);
+    next(b);
+  }
 
  private:
   normal_state st_;
@@ -295,7 +410,13 @@ class normal_generator {
   void fill(float* out, index_t n) noexcept {
     normal_engine<Arch> eng(st_);
     typename normal_engine<Arch>::block_type blk;
+    typename normal_engine<Arch>::block_type blk2;
     index_t i = 0;
+    for (; i + 2 * normal_block <= n; i += 2 * normal_block) {
+      eng.next2(blk, blk2);
+      write(blk, out + i, normal_block);
+      write(blk2, out + i + normal_block, normal_block);
+    }
     for (; i + normal_block <= n; i += normal_block) {
       eng.next(blk);
       write(blk, out + i, normal_block);
