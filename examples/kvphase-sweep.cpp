@@ -15,7 +15,10 @@
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/theory/padding_task.hpp>
 #include <kvphase/theory/predict.hpp>
+
+#include "sweep_common.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -202,8 +205,21 @@ nlohmann::json config_json(const cli_options& o, const sim::sweep_config& c) {
 /// (theory/predict.hpp), or nothing when the configuration is outside the theory.
 std::optional<std::pair<std::vector<double>, std::vector<double>>> theory_prediction(const sim::sweep_config& c,
                                                                                       std::string& reason) {
+  if (c.task == sim::task_kind::padding) {  // theory/padding_task.hpp: P(answer A preferred) per length
+    const auto pc = kvphase::theory::predict_padding(c.op, c.padding, c.window);
+    const auto pf = kvphase::theory::predict_padding(
+        {.grid = {.window = 1, .stride = 1}, .pool = kvphase::compress::pool_kind::identity}, c.padding, 0);
+    if (!pc.covered || !pf.covered) {
+      reason = pc.covered ? pf.reason : pc.reason;
+      return std::nullopt;
+    }
+    std::pair<std::vector<double>, std::vector<double>> out;
+    for (const auto& l : pc.lengths) out.first.push_back(l.p_a);
+    for (const auto& l : pf.lengths) out.second.push_back(l.p_a);
+    return out;
+  }
   if (c.task != sim::task_kind::needle) {
-    reason = "the theory column covers the needle task";
+    reason = "the theory column covers the needle and padding tasks";
     return std::nullopt;
   }
   const auto p = kvphase::theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
@@ -287,38 +303,12 @@ int main(int argc, char** argv) {
     const auto r = sim::run_sweep(c, progress);
     if (shown) std::fprintf(stderr, "\rkvphase-sweep: %lld trials in %.1f s%30s\n", static_cast<long long>(r.total_trials()), r.seconds, "");
 
-    kvphase::io::sweep_result out;
-    out.prov = kvphase::io::make_provenance(config_json(o, c), c.seed, kvphase::parallel::thread_count(c.threads), argc, argv);
-    out.prov.shard_index = c.shard.index;
-    out.prov.shard_count = c.shard.count;
-    out.analysis.modulus = c.groups();
-    out.analysis.period = c.op.grid.stride >= 2 ? c.op.grid.stride : c.groups();
-    out.analysis.seed = c.seed;
-    for (int m = 0; m < 2; ++m) {
-      kvphase::io::phase_counts pc;
-      pc.model = m == 0 ? "compressed" : "full";
-      const auto& g = m == 0 ? r.compressed : r.full;
-      for (const auto& s : g) {
-        pc.trials.push_back(s.trials);
-        pc.hits.push_back(s.hits);
-      }
-      if (c.task == sim::task_kind::padding) {
-        std::vector<double> L;
-        for (auto l : r.labels) L.push_back(static_cast<double>(l));
-        pc.extra.push_back({"padding_length", L});
-      }
-      if (theory) pc.extra.push_back({"theory", m == 0 ? theory->first : theory->second});
-      out.models.push_back(std::move(pc));
-    }
+    const auto out = kvphase::examples::to_sweep_output(r, config_json(o, c), argc, argv, theory);
     const std::string text = kvphase::io::sweep_text(out, o.format);
     if (o.out.empty()) {
       std::cout << text << std::flush;
     } else {
-      std::ofstream f(o.out, std::ios::binary);
-      kvphase::require(static_cast<bool>(f), "out", o.out, "cannot be opened for writing");
-      f << text;
-      f.close();
-      kvphase::require(static_cast<bool>(f), "out", o.out, "could not be written");
+      kvphase::examples::write_text_file(o.out, text);
     }
   } catch (const kvphase::error& e) {
     std::cerr << "kvphase-sweep: " << e.what() << "\n";

@@ -88,6 +88,21 @@ inline index_t window_compressed_only_distance(index_t raw_window, index_t key_s
   return raw_window + key_span - 1;
 }
 
+/// The sweep's convention (sim::sweep_config::window, `--raw-window n`): the query is token N and
+/// the raw window holds the n context tokens N − n … N − 1 before it (the query itself is not a
+/// context token). With δ = N − p the distance of the target's first token p from the query, the
+/// whole span of k ≤ n tokens is raw iff δ ≤ n, i.e. window_invariant_distance(n + 1).
+inline index_t sweep_window_invariant_distance(index_t raw_window, index_t key_span = 1) {
+  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
+  return window_invariant_distance(raw_window + 1, key_span);
+}
+
+/// Sweep convention: smallest δ = N − p at which no target token is raw, n + k.
+inline index_t sweep_window_compressed_only_distance(index_t raw_window, index_t key_span = 1) {
+  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
+  return window_compressed_only_distance(raw_window + 1, key_span);
+}
+
 /// Whether a sweep placing the target at distances δ0 + φ, φ = 0 … S−1, is phase-invariant because
 /// the raw window covers every phase's target (n ≥ S also guarantees every token is either raw
 /// or inside a complete entry).
