@@ -177,3 +177,12 @@ TEST_CASE("theory: inside the raw-window bound recall is phase-invariant, beyond
   for (double v : pout.compressed) std::printf(" %.3f", v);
   std::printf(" gap z=%.1f\n", z_gap);
 }
+
+TEST_CASE("theory: raw-window distances in the sweep's convention", "[theory]") {
+  CHECK(theory::sweep_window_invariant_distance(128) == 128);
+  CHECK(theory::sweep_window_compressed_only_distance(128, 3) == 131);
+  CHECK(theory::sweep_window_invariant_distance(16, 4) == theory::window_invariant_distance(17, 4));
+  CHECK_THROWS_WITH(theory::sweep_window_invariant_distance(0), Catch::Contains("raw_window"));
+  CHECK_THROWS_WITH(theory::sweep_window_compressed_only_distance(0), Catch::Contains("raw_window"));
+  CHECK_THROWS_WITH(theory::sweep_window_invariant_distance(4, 6), Catch::Contains("key_span"));
+}

@@ -1,7 +1,8 @@
 #pragma once
 /// \file theory/padding.hpp
 /// Padding flip of a two-way choice, and the raw sliding window (derivations: theory/padding.md,
-/// theory/window.md).
+/// theory/window.md). padding_flip is a profile-only sketch; the sweep's own padding task is
+/// predicted exactly by predict_padding (theory/padding_task.hpp).
 ///
 /// Padding: the evidence for the correct answer sits at slot (offset_c + L) mod S of its chunk and
 /// the evidence for the wrong answer at (offset_w + L) mod S, L the padding length. With retained
