@@ -17,6 +17,7 @@
 #include <kvphase/io/sweep_format.hpp>
 #include <kvphase/sim/sweep.hpp>
 #include <kvphase/stats/uniformity.hpp>
+#include <kvphase/theory/padding_task.hpp>
 #include <kvphase/theory/predict.hpp>
 #include <kvphase/theory/straddle.hpp>
 
@@ -206,6 +207,17 @@ std::optional<ex::theory_columns> needle_theory(const sim::sweep_config& c) {
   return ex::theory_columns{p.compressed, p.full};
 }
 
+/// P(answer A preferred) per padding length, compressed and full (theory/padding_task.hpp).
+std::optional<ex::theory_columns> padding_theory(const sim::sweep_config& c) {
+  const auto pc = theory::predict_padding(c.op, c.padding, c.window);
+  const auto pf = theory::predict_padding(identity(), c.padding, 0);
+  if (!pc.covered || !pf.covered) return std::nullopt;
+  ex::theory_columns out;
+  for (const auto& l : pc.lengths) out.first.push_back(l.p_a);
+  for (const auto& l : pf.lengths) out.second.push_back(l.p_a);
+  return out;
+}
+
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
@@ -261,7 +273,7 @@ void finding_padding(const options& o) {
       "  weight in the pooled entry, the other is diluted ~e^3-fold, so the winner flips every 2 lengths\n"
       "  with period 4. Full attention sees both tokens unpooled and always prefers A.\n");
   const auto c = padding_config(o, slot_gate(4, 4, {0, 0, 3, 3}, 0.0, "v4-like-gate"));
-  const auto r = run(o, "finding1_padding", c);
+  const auto r = run(o, "finding1_padding", c, padding_theory(c));
   print_table(r, "L", "P(A)");
   const auto fc = count_preferences(r, 0), ff = count_preferences(r, 1);
   std::printf("  compressed: A ('8') preferred at %d of 16 lengths, B ('32') at %d; B wins at L mod 4 in {%s}\n",
