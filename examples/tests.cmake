@@ -119,3 +119,6 @@ set_tests_properties(example.guide_stats PROPERTIES LABELS "example;guide"
 add_test(NAME example.guide_io COMMAND guide_io)
 set_tests_properties(example.guide_io PROPERTIES LABELS "example;guide"
   PASS_REGULAR_EXPRESSION "round trip keeps the counts: yes.*merged_from 2, counts equal the whole run: yes.*is a duplicate")
+add_test(NAME example.guide_theory COMMAND guide_theory)
+set_tests_properties(example.guide_theory PROPERTIES LABELS "example;guide"
+  PASS_REGULAR_EXPRESSION "covered: yes.*    0     0.9883    0.9900 .*phases 0..3: 1 1 2 2")
