@@ -193,7 +193,7 @@ class toy_model {
                   "the compressor must keep head_dim channels");
         }
         if (L.top_k > 0) {
-          const index_t HI = cfg_.indexer_heads, dI = cfg_.indexer_dim;
+          const index_t HI = cfg_.indexer_heads;
           w.wqi = detail::random_weights<Real>(D, HI * dI, s, li, "wqi", sd);
           w.wwi = detail::random_weights<Real>(D, HI, s, li, "wwi", sd);
           w.wki = detail::random_weights<Real>(D, dI, s, li, "wki", sd);
@@ -270,7 +270,7 @@ class toy_model {
       std::vector<compressed_selection<Real>> sel;
       std::vector<Real> gates;
       if (L.ratio >= 2 && L.top_k > 0 && E > 0) {
-        const index_t HI = cfg_.indexer_heads, dI = cfg_.indexer_dim;
+        const index_t HI = cfg_.indexer_heads;
         const matrix_t<Real> QI = Xn * w.wqi;
         const matrix_t<Real> WI = (Xn * w.wwi) * static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HI)));
         const matrix_t<Real> XI = Xn * w.wki;
