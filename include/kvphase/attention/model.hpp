@@ -193,7 +193,7 @@ class toy_model {
                   "the compressor must keep head_dim channels");
         }
         if (L.top_k > 0) {
-          const index_t HI = cfg_.indexer_heads;
+          const index_t HI = cfg_.indexer_heads, dI = cfg_.indexer_dim;
           w.wqi = detail::random_weights<Real>(D, HI * dI, s, li, "wqi", sd);
           w.wwi = detail::random_weights<Real>(D, HI, s, li, "wwi", sd);
           w.wki = detail::random_weights<Real>(D, dI, s, li, "wki", sd);
