@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
     };
     const int main_job = find_job(mitigation::plain, seed);
     const int full_job = find_job(mitigation::full_attention, seed);
-    const index_t H = base.heads(), L = base.layers;
+    const index_t H = base.heads();
     if (main_job >= 0) {
       const auto& hist = jobs[static_cast<std::size_t>(main_job)].trained.history;
       std::cout << "\nGate profile softmax(b) by slot, plain model seed " << seed << " (rows: step; per layer.head)\n";

@@ -9,5 +9,6 @@
 #include "kvphase/theory/gumbel.hpp"
 #include "kvphase/theory/heads.hpp"
 #include "kvphase/theory/padding.hpp"
+#include "kvphase/theory/padding_task.hpp"
 #include "kvphase/theory/predict.hpp"
 #include "kvphase/theory/straddle.hpp"
