@@ -13,18 +13,18 @@
 // interval, the periodicity and uniformity tests, and a terminal chart; writes CSV and JSON
 // with provenance.
 #include <kvphase/compress/spec.hpp>
-#include <kvphase/core/parallel.hpp>
-#include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
 #include <kvphase/sim/sweep.hpp>
 #include <kvphase/theory/predict.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include "sweep_common.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <iostream>
 #include <string>
 
@@ -94,27 +94,17 @@ int main(int argc, char** argv) {
     const auto pred = kvphase::theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
     const auto r = sim::run_sweep(c);
 
-    io::sweep_result res;
     nlohmann::json cfg;
     cfg["program"] = "demo";
+    cfg["operator"] = c.op.name;
+    cfg["gate_bias"] = c.op.slot_bias;
     cfg["task_config"] = c.describe();
     cfg["trials"] = c.trials;
     cfg["groups"] = c.groups();
     cfg["engine"] = sim::to_string(c.engine);
-    res.prov = io::make_provenance(cfg, c.seed, kvphase::parallel::thread_count(c.threads), argc, argv);
-    res.analysis.modulus = c.groups();
-    res.analysis.period = c.op.grid.stride;
-    res.analysis.seed = c.seed;
-    for (int m = 0; m < 2; ++m) {
-      io::phase_counts pc;
-      pc.model = m == 0 ? "compressed" : "full";
-      for (const auto& g : (m == 0 ? r.compressed : r.full)) {
-        pc.trials.push_back(g.trials);
-        pc.hits.push_back(g.hits);
-      }
-      if (pred.covered) pc.extra.push_back({"theory", m == 0 ? pred.compressed : pred.full});
-      res.models.push_back(std::move(pc));
-    }
+    std::optional<kvphase::examples::theory_columns> theory;
+    if (pred.covered) theory = kvphase::examples::theory_columns{pred.compressed, pred.full};
+    const io::sweep_result res = kvphase::examples::to_sweep_output(r, cfg, argc, argv, theory);
     const auto sums = io::summarize(res);
     const auto& comp = sums[0];
     const auto& full = sums[1];
@@ -162,10 +152,7 @@ int main(int argc, char** argv) {
 
     std::filesystem::create_directories(out);
     for (const char* fmt : {"csv", "json"}) {
-      const std::string path = out + "/demo." + fmt;
-      std::ofstream f(path, std::ios::binary);
-      kvphase::require(static_cast<bool>(f), "out", out, "cannot be written");
-      f << io::sweep_text(res, fmt);
+      kvphase::examples::write_text_file(out + "/demo." + fmt, io::sweep_text(res, fmt));
     }
     std::printf("\nwrote %s/demo.csv and %s/demo.json (%.1f s of simulation)\n", out.c_str(), out.c_str(), r.seconds);
   } catch (const kvphase::error& e) {

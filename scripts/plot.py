@@ -8,25 +8,9 @@ Reads the rows `model,phase,trials,hits,recall,ci_low,ci_high[,theory,...]` (lin
 interval, plus the theory prediction where the CSV has one. Needs matplotlib; when the first
 python3 on PATH cannot import it, re-runs itself under Debian's /usr/bin/python3.
 """
-import csv
-import os
 import sys
 
-
-def _need_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
-            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-        return False
-
-
-def read_rows(path):
-    with open(path, newline="") as f:
-        lines = [ln for ln in f if not ln.startswith("#") and ln.strip()]
-    return list(csv.DictReader(lines))
+from kvphase_csv import have_matplotlib, read_rows
 
 
 def main(argv):
@@ -37,7 +21,7 @@ def main(argv):
     title = None
     if "--title" in argv:
         title = argv[argv.index("--title") + 1]
-    if not _need_matplotlib():
+    if not have_matplotlib():
         print("plot.py: matplotlib not available (apt-get install python3-matplotlib)", file=sys.stderr)
         return 1
     import matplotlib

@@ -13,25 +13,10 @@ The seed shown for single-model figures is --seed (default: the smallest seed in
 Needs matplotlib; when the first python3 on PATH cannot import it, re-runs itself under
 Debian's /usr/bin/python3; if that fails too it prints a note and exits 0 (the CSVs remain).
 """
-import csv
 import os
 import sys
 
-
-def _have_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
-            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-        return False
-
-
-def read_rows(path):
-    with open(path, newline="") as f:
-        lines = [ln for ln in f if not ln.startswith("#") and ln.strip()]
-    return list(csv.DictReader(lines))
+from kvphase_csv import have_matplotlib, read_rows
 
 
 def main(argv):
@@ -42,7 +27,7 @@ def main(argv):
     seed = None
     if "--seed" in argv:
         seed = argv[argv.index("--seed") + 1]
-    if not _have_matplotlib():
+    if not have_matplotlib():
         print("plot_train.py: matplotlib not available (apt-get install python3-matplotlib); no figures written",
               file=sys.stderr)
         return 0
