@@ -7,6 +7,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 scripts/setup.sh
+mkdir -p build
 echo "building (first build takes a few minutes) ..."
 scripts/build.sh build/release > build/demo-build.log 2>&1 || { tail -50 build/demo-build.log; exit 1; }
 out="$here/build/demo"
