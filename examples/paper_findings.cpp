@@ -239,6 +239,25 @@ sim::sweep_config padding_config(const options& o, const compress::operator_spec
   return c;
 }
 
+/// The needle sweep shared by findings 3, 4 and 5: N = 2048, d = 32, query noise 0.5, one key
+/// span, `modulus` phase groups, the same trial counts and seed.
+sim::sweep_config needle_config(const options& o, const compress::operator_spec& op, index_t modulus,
+                                index_t key_span = 1) {
+  sim::sweep_config c;
+  c.task = sim::task_kind::needle;
+  c.op = op;
+  c.needle.context = 2048;
+  c.needle.dim = 32;
+  c.needle.key_span = key_span;
+  c.needle.query_noise = 0.5;
+  c.modulus = modulus;
+  c.trials = o.quick ? 200 : 2000;
+  c.seed = o.seed;
+  c.threads = o.threads;
+  c.compute_mass = false;
+  return c;
+}
+
 /// Lengths at which answer A is preferred (by most trials), and the residues L mod 4 where B is.
 struct flip_count {
   int prefer_a = 0, prefer_b = 0;
@@ -341,17 +360,7 @@ void finding_stride(const options& o) {
   for (index_t S : {2, 4, 8}) {
     std::vector<double> bias(static_cast<std::size_t>(S), 0.0);
     bias[0] = 3.0;
-    sim::sweep_config c;
-    c.task = sim::task_kind::needle;
-    c.op = slot_gate(S, S, bias, 0.0, "gated");
-    c.needle.context = 2048;
-    c.needle.dim = 32;
-    c.needle.query_noise = 0.5;
-    c.modulus = 8;
-    c.trials = o.quick ? 200 : 2000;
-    c.seed = o.seed;
-    c.threads = o.threads;
-    c.compute_mass = false;
+    const sim::sweep_config c = needle_config(o, slot_gate(S, S, bias, 0.0, "gated"), 8);
     std::printf("\n  -- S = %lld --\n", static_cast<long long>(S));
     const auto r = run(o, "finding3_stride" + std::to_string(S), c, needle_theory(c));
     print_table(r, "pos mod 8");
@@ -399,18 +408,7 @@ void finding_ablations(const options& o) {
   }
   std::string verdict;
   for (const auto& rw : rows) {
-    sim::sweep_config c;
-    c.task = sim::task_kind::needle;
-    c.op = rw.op;
-    c.needle.context = 2048;
-    c.needle.dim = 32;
-    c.needle.key_span = rw.key_span;
-    c.needle.query_noise = 0.5;
-    c.modulus = 4;
-    c.trials = o.quick ? 200 : 2000;
-    c.seed = o.seed;
-    c.threads = o.threads;
-    c.compute_mass = false;
+    const sim::sweep_config c = needle_config(o, rw.op, 4, rw.key_span);
     std::printf("\n  -- %s --\n", rw.title.c_str());
     const auto th = needle_theory(c);
     const auto r = run(o, rw.name, c, th);
@@ -438,17 +436,7 @@ void finding_control(const options& o) {
       "  The 'compressed' model is the identity grid (W = S = 1): every token its own entry, i.e. full\n"
       "  attention. Same needle task as finding 3 (8 groups, tested at the V4 period 4) and the same\n"
       "  padding task as finding 1.\n");
-  sim::sweep_config c;
-  c.task = sim::task_kind::needle;
-  c.op = identity();
-  c.needle.context = 2048;
-  c.needle.dim = 32;
-  c.needle.query_noise = 0.5;
-  c.modulus = 8;
-  c.trials = o.quick ? 200 : 2000;
-  c.seed = o.seed;
-  c.threads = o.threads;
-  c.compute_mass = false;
+  const sim::sweep_config c = needle_config(o, identity(), 8);
   const auto r = run(o, "finding5_control_needle", c, needle_theory(c), 4);
   print_table(r, "pos mod 8");
   const auto& s = r.summary[0];
