@@ -369,6 +369,6 @@ TEST_CASE("sweep: general key-space path for operators that are not linear in th
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine"));
   c.engine = sim::engine_kind::key;
-  c.task = sim::task_kind::kv_pairs;
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("task"));
+  c.op.heads = 2;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
 }

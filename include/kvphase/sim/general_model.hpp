@@ -2,9 +2,15 @@
 /// \file sim/general_model.hpp
 /// Key-space model for operators that are not linear in the keys (max pooling, channel gates,
 /// the two-stream V4-CSA form, NSA's MLP, RMSNorm, per-slot logit maps): the trial's keys are
-/// materialised (N × d, a reused buffer) and compressed by compress::compress_into with fixed
-/// random parameters drawn once per configuration (compress::make_preset_params, seed =
-/// params_seed), then scored against the query.
+/// materialised (N × d, a reused buffer) and compressed with fixed random parameters drawn once
+/// per configuration (compress::make_preset_params, seed = params_seed), then scored against the
+/// query. Every task (needle, kv-pairs, padding) runs through it.
+///
+/// Keys: the noise keys are exactly the keys the linear key-space engine generates from the same
+/// generator state (key_space_keys below reproduces the layout of sim/noise_scores.hpp: tokens
+/// in groups of 16, block i of a group holding channels 2i and 2i + 1), so a trial draws the same
+/// normals in the same order on both paths; only the planted rows (needle, pair keys, evidence)
+/// are written over them.
 ///
 /// Query of the compressed entries: q_c = q·W_C when the pool projects its payload (W_C = the
 /// payload map; two-stream: its stream-b half), else q. RoPE is not applied in sweeps (anchor
@@ -12,11 +18,21 @@
 /// linear payload map, so q is used as is (a random MLP does not preserve the query–key
 /// alignment: recall then measures how much of it survives).
 ///
-/// Items are the complete entries plus the raw window (scored q·k); hit, margin and mass are
-/// defined as for linear models, with the mass of an entry counted whole when it meets the
-/// needle (the pool has no per-token weight).
+/// Items are the complete entries plus the raw window (scored q·k). Values: the operator acts on
+/// the keys; the values of an entry are pooled by the uniform mean over its unmasked source slots
+/// (geometry(): a mean pool on the same grid), so the output weight of a token, the mass of a span
+/// and the kv-pairs readout are those of geometry() given the entry scores. For an operator that
+/// equals mean pooling (e.g. a channel gate without logits or payload map) every outcome is then
+/// the linear mean model's.
+///
+/// Buffers: general_workspace holds every per-trial buffer (keys, projections, compressed
+/// entries); sized on first use, reused afterwards. The compressor runs single-threaded inside a
+/// trial (sweeps parallelise over trials) with compress/pool.hpp's per-entry kernel, so entries
+/// are bitwise those of compress::compress.
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,10 +40,46 @@
 #include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/sim/linear_model.hpp"
+#include "kvphase/sim/noise_scores.hpp"
+#include "kvphase/sim/normal.hpp"
 
 namespace kvphase::sim {
+
+/// Writes the n noise keys that key_space_scores(st, q, d, ·, n) scores (row t = token t, d
+/// floats, row-major into K) and advances `st` by the same number of blocks. `blocks` is a
+/// reused buffer (⌈d/2⌉·32 floats).
+inline void key_space_keys(normal_state& st, index_t d, float* K, index_t n, std::vector<float>& blocks) {
+  const index_t per = (d + 1) / 2;
+  blocks.resize(static_cast<std::size_t>(per * normal_block));
+  normal_generator g(st);
+  for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
+    g.fill(blocks.data(), per * normal_block);
+    const index_t m = std::min<index_t>(normal_lanes, n - t0);
+    for (index_t j = 0; j < m; ++j) {
+      float* row = K + (t0 + j) * d;
+      for (index_t i = 0; i < per; ++i) {
+        row[2 * i] = blocks[static_cast<std::size_t>(i * normal_block + j)];
+        if (2 * i + 1 < d) row[2 * i + 1] = blocks[static_cast<std::size_t>(i * normal_block + normal_lanes + j)];
+      }
+    }
+  }
+  st = g.state();
+}
+
+/// Per-trial buffers of the general path (one per thread, reused across trials).
+struct general_workspace {
+  std::vector<float> keys;        ///< N × d materialised keys
+  std::vector<float> aux_keys;    ///< task-specific key rows (kv-pairs: the P pair keys)
+  std::vector<float> blocks;      ///< key_space_keys staging
+  std::vector<float> pay, z;      ///< token projections X·W_C, X·W_Z
+  std::vector<float> scratch;     ///< per-entry kernel scratch
+  std::vector<const float*> ptrs; ///< per-entry kernel slot pointers
+  matrix_t<float> compressed;     ///< E × c entries
+  std::vector<float> qc;          ///< query of the entries
+};
 
 class general_model {
  public:
@@ -37,9 +89,12 @@ class general_model {
     spec_.rope.anchor = compress::rope_anchor::none;
     spec_.validate();
     require(spec_.heads == 1, "heads", spec_.heads, "sweeps model one compression head");
+    require(window >= 0, "window", window, "must be >= 0");
     params_ = compress::make_preset_params<float>(spec_, d, params_seed);
     c_ = params_.output_dim(spec_, d);
-    // geometry helper: a mean pool on the same grid (entries_meeting, best_scores, softmax)
+    compress::detail::validate_call<float>(spec_, params_, 0, d_, 0, compress::compress_options{}, false);
+    // geometry and value pooling: a mean pool on the same grid (entries_meeting, best_scores,
+    // softmax, token and span masses)
     compress::operator_spec geo{.grid = spec_.grid, .pool = compress::pool_kind::mean};
     geo.grid.visibility = compress::visibility_policy::complete;
     geometry_ = linear_model(geo, window);
@@ -47,16 +102,58 @@ class general_model {
   }
 
   [[nodiscard]] const compress::operator_spec& spec() const noexcept { return spec_; }
+  [[nodiscard]] const compress::pool_params<float>& params() const noexcept { return params_; }
   [[nodiscard]] const linear_model& geometry() const noexcept { return geometry_; }
+  [[nodiscard]] index_t output_dim() const noexcept { return c_; }
+
+  /// Compresses K (N × d, row-major) into ws.compressed (num_entries(N) × output_dim()), bitwise
+  /// as compress::compress(spec(), params(), K) with one thread; no allocation once ws is sized.
+  void compress_keys(const float* K, index_t N, general_workspace& ws) const {
+    const index_t E = spec_.grid.num_entries(N);
+    require(E >= 1, "context", N, "too few tokens for one complete entry of the operator");
+    if (ws.compressed.rows() != E || ws.compressed.cols() != c_) ws.compressed.resize(E, c_);
+    using Arch = simd::default_arch;
+    const compress::detail::engine<float, Arch> eng(spec_, params_, d_, 0);
+    typename compress::detail::engine<float, Arch>::rows_t R{K, d_, K, d_, nullptr, 0, 0};
+    using compress::pool_kind;
+    const bool projected = params_.w_c.size() && (spec_.pool == pool_kind::slot_gate ||
+                                                   spec_.pool == pool_kind::channel_gate ||
+                                                   spec_.pool == pool_kind::two_stream);
+    if (projected) {
+      ws.pay.resize(static_cast<std::size_t>(N * params_.w_c.cols()));
+      compress::detail::project_rows<float, Arch>(K, d_, N, d_, params_.w_c, ws.pay.data(), 1);
+      R.pay = ws.pay.data();
+      R.ldp = params_.w_c.cols();
+    } else if (spec_.pool == pool_kind::two_stream) {
+      // identity payload for both streams: [x | x]
+      ws.pay.resize(static_cast<std::size_t>(N * 2 * d_));
+      for (index_t t = 0; t < N; ++t) {
+        std::memcpy(ws.pay.data() + t * 2 * d_, K + t * d_, static_cast<std::size_t>(d_) * sizeof(float));
+        std::memcpy(ws.pay.data() + t * 2 * d_ + d_, K + t * d_, static_cast<std::size_t>(d_) * sizeof(float));
+      }
+      R.pay = ws.pay.data();
+      R.ldp = 2 * d_;
+    }
+    if (params_.w_z.size()) {
+      ws.z.resize(static_cast<std::size_t>(N * params_.w_z.cols()));
+      compress::detail::project_rows<float, Arch>(K, d_, N, d_, params_.w_z, ws.z.data(), 1);
+      R.z = ws.z.data();
+      R.ldz = params_.w_z.cols();
+    }
+    if (static_cast<index_t>(ws.scratch.size()) < eng.scratch_size) ws.scratch.resize(static_cast<std::size_t>(eng.scratch_size));
+    if (static_cast<index_t>(ws.ptrs.size()) < 3 * spec_.grid.window)
+      ws.ptrs.resize(static_cast<std::size_t>(3 * spec_.grid.window));
+    float* out = ws.compressed.data();
+    for (index_t e = 0; e < E; ++e) eng.entry(R, e, out + e * c_, false, ws.scratch.data(), ws.ptrs.data());
+  }
 
   /// Compresses K (N × d, row-major) and fills b with the entry scores q_c·C_e and the window's
-  /// raw scores s[N − window, N).
+  /// raw scores s[N − window, N) (s: the token scores q·k_t).
   void score(const float* K, index_t N, const float* q, const float* s, linear_buffers& b,
-             matrix_t<float>& compressed, std::vector<float>& qc) const {
-    const index_t E = spec_.grid.num_entries(N);
-    compressed.resize(E, c_);
-    compress::compress_into<float>(spec_, params_, matrix_view<float>(K, N, d_),
-                                   matrix_mut_view<float>(compressed.data(), E, c_));
+             general_workspace& ws) const {
+    compress_keys(K, N, ws);
+    const index_t E = ws.compressed.rows();
+    auto& qc = ws.qc;
     qc.assign(static_cast<std::size_t>(c_), 0.0f);
     const bool proj = params_.w_c.size() > 0 && spec_.pool != compress::pool_kind::mlp;
     if (proj) {
@@ -75,8 +172,9 @@ class general_model {
     b.n_tokens = N;
     if (static_cast<index_t>(b.entry.size()) < E + nw) b.entry.resize(static_cast<std::size_t>(E + nw));
     for (index_t e = 0; e < E; ++e) {
+      const float* row = ws.compressed.data() + e * c_;
       double v = 0;
-      for (index_t j = 0; j < c_; ++j) v += static_cast<double>(compressed(e, j)) * qc[static_cast<std::size_t>(j)];
+      for (index_t j = 0; j < c_; ++j) v += static_cast<double>(row[j]) * qc[static_cast<std::size_t>(j)];
       b.entry[static_cast<std::size_t>(e)] = static_cast<float>(v);
     }
     std::copy(s + N - nw, s + N, b.entry.begin() + E);

@@ -16,6 +16,11 @@
 /// Engines (both exact for iid Gaussian keys and linear pools, see sim/linear_model.hpp):
 ///  - key: keys generated and scored in one fused pass (sim/noise_scores.hpp), d normals/token;
 ///  - score: token scores sampled directly, one normal per token.
+/// Operators that are not linear in the keys (sweep_config::general()) take the general
+/// key-space path on every task: the same normals are drawn in the same order, but the keys are
+/// materialised, the planted rows written over them and the keys compressed by the operator
+/// (sim/general_model.hpp; values pooled by the uniform mean over an entry's slots). The full
+/// control is scored from the same materialised keys.
 /// The task layouts and outcomes are documented in tasks/needle.hpp, tasks/kv_pairs.hpp and
 /// tasks/padding.hpp.
 
@@ -122,10 +127,6 @@ struct sweep_config {
       require(engine == engine_kind::key, "engine", to_string(engine),
               "operator " + (op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name) +
                   " is not linear in the keys: only the key engine models it exactly");
-      require(task == task_kind::needle, "task", to_string(task),
-              "operators that are not linear in the keys (" +
-                  (op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name) +
-                  ") run the needle task only");
       require(op.heads == 1, "heads", op.heads, "sweeps model one compression head");
     }
     require(window >= 0, "window", window, "must be >= 0");
@@ -149,6 +150,13 @@ struct sweep_config {
                     window + op.grid.window,
                 "window", window, "the evidence spans must lie before the raw window and the last chunk");
         break;
+    }
+    if (general()) {
+      const index_t n_min = task == task_kind::padding    ? padding.context(0)
+                            : task == task_kind::kv_pairs ? kv_pairs.context
+                                                          : needle.context;
+      require(op.grid.num_entries(n_min) >= 1, "context", n_min,
+              "too short for one complete entry of the operator (window " + std::to_string(op.grid.window) + ")");
     }
   }
 
@@ -224,8 +232,8 @@ struct sweep_progress {
 namespace detail {
 
 struct trial_workspace {
-  std::vector<float> s, z, pair_s, kappa, kappa_b, eps, q, codebook, keys, qc;
-  matrix_t<float> compressed;
+  std::vector<float> s, z, pair_s, kappa, kappa_b, eps, q, codebook;
+  general_workspace gen;  ///< general path: keys, projections, entries
   std::vector<std::uint32_t> codes;
   std::vector<double> code_weight;
   tasks::kv_layout layout;
@@ -263,10 +271,10 @@ inline void fill(normal_generator& g, std::vector<float>& v, index_t n) {
   g.fill(v.data(), n);
 }
 
-/// Needle outcome for one model (token scores already in place; pooled into buf).
-inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers& buf, const float* s, const float* z,
-                                           index_t N, index_t a, index_t b, float beta, bool mass) {
-  m.pool(s, z, N, buf);
+/// Needle outcome for one model whose item scores are in buf (pooled, or scored by the general
+/// model); m gives the geometry and the per-token value weights.
+inline tasks::trial_outcome needle_readout(const linear_model& m, linear_buffers& buf, index_t a, index_t b, float beta,
+                                           bool mass) {
   float bt, bo;
   m.best_scores(buf, a, b, bt, bo);
   tasks::trial_outcome o;
@@ -277,6 +285,13 @@ inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers
     o.mass = m.span_mass(buf, a, b);
   }
   return o;
+}
+
+/// Needle outcome for one linear model (token scores already in place; pooled into buf).
+inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers& buf, const float* s, const float* z,
+                                           index_t N, index_t a, index_t b, float beta, bool mass) {
+  m.pool(s, z, N, buf);
+  return needle_readout(m, buf, a, b, beta, mass);
 }
 
 }  // namespace detail
@@ -320,11 +335,17 @@ class trial_runner {
     if (t.query_noise > 0) detail::fill(gen, w.eps, d); else w.eps.assign(static_cast<std::size_t>(d), 0.0f);
     const double qn = detail::make_query(w.q, w.kappa, w.eps, t.query_noise, d);
     const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
+    normal_state st = gen.state();
+    const float beta = static_cast<float>(t.beta());
     if (c_.general()) {
-      general_needle(gen, p, oc, of);
+      float* K = noise_keys(st, N);
+      for (index_t i = 0; i < t.span(); ++i)
+        plant_row(K + (p + i) * d, w.kappa.data(), i < t.key_span ? 1.0f : static_cast<float>(t.value_key_weight));
+      key_scores(N);
+      oc = detail::needle_readout(general_items(N), w.comp, p, p + t.span(), beta, c_.compute_mass);
+      of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
       return;
     }
-    normal_state st = gen.state();
     w.s.resize(static_cast<std::size_t>(N));
     detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
     normal_generator rest(st);
@@ -332,39 +353,40 @@ class trial_runner {
     for (index_t i = 0; i < t.key_span; ++i) w.s[static_cast<std::size_t>(p + i)] = static_cast<float>(qk);
     for (index_t i = 0; i < t.value_span; ++i)
       w.s[static_cast<std::size_t>(p + t.key_span + i)] = static_cast<float>(t.value_key_weight * qk);
-    const float beta = static_cast<float>(t.beta());
     oc = detail::needle_outcome(comp_, w.comp, w.s.data(), w.z.data(), N, p, p + t.span(), beta, c_.compute_mass);
     of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
   }
 
-  /// General path: materialise the keys, compress them, score the entries.
-  void general_needle(normal_generator& gen, index_t p, tasks::trial_outcome& oc, tasks::trial_outcome& of) {
-    const auto& t = c_.needle;
+  // ---- general path (operators not linear in the keys): materialised keys ----------------------
+
+  /// The n noise keys the key engine would score from `st` (same normals, same order), into the
+  /// reused key buffer; advances st as key_space_scores does.
+  float* noise_keys(normal_state& st, index_t n) {
+    auto& gw = ws_.gen;
+    const index_t d = c_.dim();
+    gw.keys.resize(static_cast<std::size_t>(n * d));
+    key_space_keys(st, d, gw.keys.data(), n, gw.blocks);
+    return gw.keys.data();
+  }
+  /// row = coef · v (d floats).
+  void plant_row(float* row, const float* v, float coef) const noexcept {
+    const index_t d = c_.dim();
+    for (index_t j = 0; j < d; ++j) row[j] = coef * v[j];
+  }
+  /// Token scores s_t = q·k_t of the n materialised keys (the full model's items).
+  void key_scores(index_t n) {
     auto& w = ws_;
-    const index_t N = t.context, d = t.dim;
-    w.keys.resize(static_cast<std::size_t>(N * d));
-    gen.fill(w.keys.data(), N * d);
-    for (index_t i = 0; i < t.span(); ++i) {
-      const float cw = i < t.key_span ? 1.0f : static_cast<float>(t.value_key_weight);
-      for (index_t j = 0; j < d; ++j)
-        w.keys[static_cast<std::size_t>((p + i) * d + j)] = cw * w.kappa[static_cast<std::size_t>(j)];
-    }
-    w.s.resize(static_cast<std::size_t>(N));
-    for (index_t i = 0; i < N; ++i)
-      w.s[static_cast<std::size_t>(i)] = simd::dot<float>(w.keys.data() + i * d, w.q.data(), d);
-    const float beta = static_cast<float>(t.beta());
-    general_.score(w.keys.data(), N, w.q.data(), w.s.data(), w.comp, w.compressed, w.qc);
-    const auto& geo = general_.geometry();
-    float bt, bo;
-    geo.best_scores(w.comp, p, p + t.span(), bt, bo);
-    oc.hit = bt > bo;
-    oc.margin = static_cast<double>(bt) - static_cast<double>(bo);
-    oc.mass = 0;
-    if (c_.compute_mass) {
-      geo.softmax(w.comp, beta, false, std::max(bt, bo));
-      oc.mass = geo.items_mass(w.comp, p, p + t.span());
-    }
-    of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
+    const index_t d = c_.dim();
+    w.s.resize(static_cast<std::size_t>(n));
+    const float* K = w.gen.keys.data();
+    for (index_t i = 0; i < n; ++i) w.s[static_cast<std::size_t>(i)] = simd::dot<float>(K + i * d, w.q.data(), d);
+  }
+  /// Scores the compressed model's items into ws_.comp; returns the model of its geometry and
+  /// value weights.
+  const linear_model& general_items(index_t n) {
+    auto& w = ws_;
+    general_.score(w.gen.keys.data(), n, w.q.data(), w.s.data(), w.comp, w.gen);
+    return general_.geometry();
   }
 
   void kv(index_t g, rng::philox_stream& ps, normal_generator& gen, tasks::trial_outcome& oc, tasks::trial_outcome& of) {
@@ -384,6 +406,31 @@ class trial_runner {
     w.gram.resize(C, C);
     w.gram.noalias() = nu * nu.transpose();
     normal_state st = gen.state();
+    w.codes.resize(static_cast<std::size_t>(P));
+    for (index_t j = 0; j < P; ++j)
+      w.codes[static_cast<std::size_t>(j)] = static_cast<std::uint32_t>(
+          tasks::hashed_below(code_key, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(C)));
+    const float beta = static_cast<float>(t.beta());
+    if (c_.general()) {
+      // pair keys κ_j: the P keys the key engine draws for the pair scores (the target's is κ)
+      auto& pk = w.gen.aux_keys;
+      pk.resize(static_cast<std::size_t>(P * d));
+      key_space_keys(st, d, pk.data(), P, w.gen.blocks);
+      plant_row(pk.data() + w.layout.target * d, w.kappa.data(), 1.0f);
+      float* K = noise_keys(st, N);
+      const float cv = static_cast<float>(t.value_key_weight);
+      for (index_t j = 0; j < P; ++j) {
+        const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
+        const float* kj = pk.data() + j * d;
+        for (index_t i = 0; i < t.key_span; ++i) plant_row(K + (st0 + i) * d, kj, 1.0f);
+        for (index_t i = 0; i < t.value_span; ++i) plant_row(K + (st0 + t.key_span + i) * d, kj, cv);
+      }
+      key_scores(N);
+      oc = kv_readout(general_items(N), w.comp, beta);
+      full_.pool(w.s.data(), nullptr, N, w.full);
+      of = kv_readout(full_, w.full, beta);
+      return;
+    }
     w.pair_s.resize(static_cast<std::size_t>(P));
     detail::noise(c_.engine, st, w.q.data(), d, qn, w.pair_s.data(), P);
     w.pair_s[static_cast<std::size_t>(w.layout.target)] = static_cast<float>(qk);
@@ -391,26 +438,25 @@ class trial_runner {
     detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
     normal_generator rest(st);
     content(rest, N);
-    w.codes.resize(static_cast<std::size_t>(P));
     for (index_t j = 0; j < P; ++j) {
-      w.codes[static_cast<std::size_t>(j)] = static_cast<std::uint32_t>(
-          tasks::hashed_below(code_key, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(C)));
       const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
       const float sj = w.pair_s[static_cast<std::size_t>(j)];
       for (index_t i = 0; i < t.key_span; ++i) w.s[static_cast<std::size_t>(st0 + i)] = sj;
       const float sv = static_cast<float>(t.value_key_weight) * sj;
       for (index_t i = 0; i < t.value_span; ++i) w.s[static_cast<std::size_t>(st0 + t.key_span + i)] = sv;
     }
-    const float beta = static_cast<float>(t.beta());
-    oc = kv_outcome(comp_, w.comp, w.z.data(), beta);
-    of = kv_outcome(full_, w.full, nullptr, beta);
+    comp_.pool(w.s.data(), w.z.data(), N, w.comp);
+    oc = kv_readout(comp_, w.comp, beta);
+    full_.pool(w.s.data(), nullptr, N, w.full);
+    of = kv_readout(full_, w.full, beta);
   }
 
-  tasks::trial_outcome kv_outcome(const linear_model& m, linear_buffers& buf, const float* z, float beta) {
+  /// kv-pairs readout of one model whose item scores are in buf: value codes weighted by the
+  /// output weight of their value tokens, decoded to the nearest unit codebook vector.
+  tasks::trial_outcome kv_readout(const linear_model& m, linear_buffers& buf, float beta) {
     const auto& t = c_.kv_pairs;
     auto& w = ws_;
-    const index_t N = t.context, P = t.pairs, C = t.codes;
-    m.pool(w.s.data(), z, N, buf);
+    const index_t P = t.pairs, C = t.codes;
     m.softmax(buf, beta, true);
     w.code_weight.assign(static_cast<std::size_t>(C), 0.0);
     double target_mass = 0;
@@ -460,16 +506,9 @@ class trial_runner {
     const double sa = detail::dot_d(w.q.data(), w.kappa.data(), d);
     const double sb = detail::dot_d(w.q.data(), w.kappa_b.data(), d);
     normal_state st = gen.state();
-    w.s.resize(static_cast<std::size_t>(N));
-    detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
-    normal_generator rest(st);
-    content(rest, N);
     const index_t a0 = L + t.offset_a, b0 = L + t.offset_b;
-    for (index_t i = 0; i < t.span_a; ++i) w.s[static_cast<std::size_t>(a0 + i)] = static_cast<float>(sa);
-    for (index_t i = 0; i < t.span_b; ++i) w.s[static_cast<std::size_t>(b0 + i)] = static_cast<float>(sb);
     const float beta = static_cast<float>(t.beta());
-    auto outcome = [&](const linear_model& m, linear_buffers& buf, const float* z) {
-      m.pool(w.s.data(), z, N, buf);
+    auto readout = [&](const linear_model& m, linear_buffers& buf) {
       m.softmax(buf, beta);
       const double ma = m.span_mass(buf, a0, a0 + t.span_a);
       const double mb = m.span_mass(buf, b0, b0 + t.span_b);
@@ -479,8 +518,26 @@ class trial_runner {
       o.mass = ma;
       return o;
     };
-    oc = outcome(comp_, w.comp, w.z.data());
-    of = outcome(full_, w.full, nullptr);
+    if (c_.general()) {
+      float* K = noise_keys(st, N);
+      for (index_t i = 0; i < t.span_a; ++i) plant_row(K + (a0 + i) * d, w.kappa.data(), 1.0f);
+      for (index_t i = 0; i < t.span_b; ++i) plant_row(K + (b0 + i) * d, w.kappa_b.data(), 1.0f);
+      key_scores(N);
+      oc = readout(general_items(N), w.comp);
+      full_.pool(w.s.data(), nullptr, N, w.full);
+      of = readout(full_, w.full);
+      return;
+    }
+    w.s.resize(static_cast<std::size_t>(N));
+    detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
+    normal_generator rest(st);
+    content(rest, N);
+    for (index_t i = 0; i < t.span_a; ++i) w.s[static_cast<std::size_t>(a0 + i)] = static_cast<float>(sa);
+    for (index_t i = 0; i < t.span_b; ++i) w.s[static_cast<std::size_t>(b0 + i)] = static_cast<float>(sb);
+    comp_.pool(w.s.data(), w.z.data(), N, w.comp);
+    oc = readout(comp_, w.comp);
+    full_.pool(w.s.data(), nullptr, N, w.full);
+    of = readout(full_, w.full);
   }
 
   const sweep_config& c_;

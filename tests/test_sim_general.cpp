@@ -1,0 +1,325 @@
+// sim: the general key-space path (operators not linear in the keys) on every task: the keys it
+// materialises are the key engine's, its compressor is compress::compress, kv-pairs and padding
+// run deterministically for learned-projection presets, and an operator equal to mean pooling
+// reproduces the linear mean model's statistics.
+#include <catch2/catch.hpp>
+
+#include <kvphase/compress/pool.hpp>
+#include <kvphase/compress/presets.hpp>
+#include <kvphase/sim/general_model.hpp>
+#include <kvphase/sim/noise_scores.hpp>
+#include <kvphase/sim/sweep.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/tolerance.hpp"
+
+using kvphase::index_t;
+namespace sim = kvphase::sim;
+namespace compress = kvphase::compress;
+
+namespace {
+
+sim::sweep_config small_general(sim::task_kind t, const compress::operator_spec& op) {
+  sim::sweep_config c;
+  c.task = t;
+  c.op = op;
+  c.trials = 12;
+  c.seed = 17;
+  c.params_seed = 5;
+  c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
+  c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
+  c.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 61};
+  c.modulus = 8;
+  c.window = 4;
+  return c;
+}
+
+// Per (model, group): count, hits, Σ margin, Σ margin² over trials, from trial_runner directly.
+struct moments {
+  double n = 0, hits = 0, m1 = 0, m2 = 0;
+  void add(const kvphase::tasks::trial_outcome& o) {
+    n += 1;
+    hits += o.hit ? 1 : 0;
+    m1 += o.margin;
+    m2 += o.margin * o.margin;
+  }
+  [[nodiscard]] double mean() const { return m1 / n; }
+  [[nodiscard]] double var() const { return std::max(0.0, (m2 - m1 * m1 / n) / (n - 1)); }
+};
+
+struct per_group {
+  std::vector<moments> comp, full;
+};
+
+per_group collect(const sim::sweep_config& c) {
+  c.validate();
+  const index_t M = c.groups();
+  per_group r{std::vector<moments>(static_cast<std::size_t>(M)), std::vector<moments>(static_cast<std::size_t>(M))};
+  sim::trial_runner run(c);
+  for (index_t g = 0; g < M; ++g) {
+    for (index_t k = 0; k < c.trials; ++k) {
+      kvphase::tasks::trial_outcome oc, of;
+      run.run(g, k, oc, of);
+      r.comp[static_cast<std::size_t>(g)].add(oc);
+      r.full[static_cast<std::size_t>(g)].add(of);
+    }
+  }
+  return r;
+}
+
+// Two independent binomial proportions: |p1 − p2| ≤ 5 standard errors of the pooled estimate
+// (variance floored at one success in n1 + n2 so degenerate all-hit / no-hit cells stay defined).
+bool same_rate(double h1, double n1, double h2, double n2) {
+  const double p1 = h1 / n1, p2 = h2 / n2, p = (h1 + h2) / (n1 + n2);
+  const double se = std::sqrt(std::max(p * (1 - p), 1.0 / (n1 + n2)) * (1.0 / n1 + 1.0 / n2));
+  return std::abs(p1 - p2) <= 5 * se;
+}
+
+// Two independent sample means: |m1 − m2| ≤ 5·√(s1²/n1 + s2²/n2) (plus a floor far below any
+// effect, for cells whose margins are all equal).
+bool same_mean(const moments& a, const moments& b) {
+  const double se = std::sqrt(a.var() / a.n + b.var() / b.n);
+  return std::abs(a.mean() - b.mean()) <= 5 * se + 1e-9;
+}
+
+}  // namespace
+
+TEST_CASE("general path: materialised keys are the key engine's keys", "[sim][general]") {
+  std::vector<float> blocks;
+  for (index_t d : {1, 2, 7, 16, 65}) {
+    for (index_t n : {1, 15, 16, 33, 100}) {
+      INFO("d " << d << " n " << n);
+      std::mt19937 rng(static_cast<unsigned>(d * 977 + n));
+      std::normal_distribution<float> nd;
+      std::vector<float> q(static_cast<std::size_t>(d));
+      for (auto& v : q) v = nd(rng);
+      const auto st0 = sim::seed_normal_state(3, static_cast<std::uint64_t>(d * 131 + n));
+      auto sa = st0, sb = st0;
+      std::vector<float> K(static_cast<std::size_t>(n * d), std::nanf(""));
+      sim::key_space_keys(sa, d, K.data(), n, blocks);
+      std::vector<float> s(static_cast<std::size_t>(n));
+      sim::key_space_scores(sb, q.data(), d, s.data(), n);
+      // the generator advanced by the same blocks
+      CHECK(std::memcmp(&sa, &sb, sizeof sa) == 0);
+      for (index_t t = 0; t < n; ++t) {
+        double ref = 0, mag = 0;
+        for (index_t j = 0; j < d; ++j) {
+          const double x = K[static_cast<std::size_t>(t * d + j)];
+          REQUIRE(std::isfinite(x));
+          ref += q[static_cast<std::size_t>(j)] * x;
+          mag += std::abs(q[static_cast<std::size_t>(j)] * x);
+        }
+        CHECK(std::abs(s[static_cast<std::size_t>(t)] - ref) <= kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(d), mag));
+      }
+    }
+  }
+}
+
+TEST_CASE("general model: buffered compressor equals compress::compress, entry scores q_c . C_e", "[sim][general]") {
+  const index_t d = 16;
+  std::vector<compress::operator_spec> ops{
+      compress::v4_csa(), compress::v4_hca(), compress::v41(), compress::nsa(), compress::paper_ref(),
+      {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::max},
+      {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
+      {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
+      {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean, .rmsnorm = true}};
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  for (const auto& op : ops) {
+    INFO(op);
+    const sim::general_model gm(op, d, 3, 11);
+    sim::general_workspace ws;
+    sim::linear_buffers b;
+    for (index_t N : {300, 173, 300}) {  // shrinking and growing reuse the buffers
+      kvphase::matrix_t<float> K(N, d);
+      for (index_t i = 0; i < N; ++i)
+        for (index_t j = 0; j < d; ++j) K(i, j) = nd(rng);
+      std::vector<float> q(static_cast<std::size_t>(d)), s(static_cast<std::size_t>(N));
+      for (auto& v : q) v = nd(rng);
+      for (index_t i = 0; i < N; ++i) s[static_cast<std::size_t>(i)] = kvphase::simd::dot<float>(K.row(i).data(), q.data(), d);
+      gm.score(K.data(), N, q.data(), s.data(), b, ws);
+      const auto ref = compress::compress<float>(gm.spec(), gm.params(), K, 0, {.threads = 1});
+      REQUIRE(ws.compressed.rows() == ref.rows());
+      REQUIRE(ws.compressed.cols() == ref.cols());
+      CHECK(ws.compressed == ref);
+      REQUIRE(b.n_entries == ref.rows());
+      REQUIRE(b.n_window == 3);
+      // q_c = q·W_C (stream-b half for two_stream) when the payload is projected, else q
+      const auto& p = gm.params();
+      const index_t c = ref.cols();
+      std::vector<double> qc(static_cast<std::size_t>(c), 0.0);
+      const bool proj = p.w_c.size() > 0 && op.pool != compress::pool_kind::mlp;
+      const index_t off = op.pool == compress::pool_kind::two_stream ? c : 0;
+      for (index_t j = 0; j < c; ++j) {
+        if (proj) {
+          for (index_t i = 0; i < d; ++i) qc[static_cast<std::size_t>(j)] += q[static_cast<std::size_t>(i)] * static_cast<double>(p.w_c(i, off + j));
+        } else if (j < d) {
+          qc[static_cast<std::size_t>(j)] = q[static_cast<std::size_t>(j)];
+        }
+      }
+      for (index_t e = 0; e < ref.rows(); ++e) {
+        double v = 0, mag = 0;
+        for (index_t j = 0; j < c; ++j) {
+          v += ref(e, j) * qc[static_cast<std::size_t>(j)];
+          mag += std::abs(ref(e, j) * qc[static_cast<std::size_t>(j)]);
+        }
+        // q_c rounded to float (one rounding per element), the sum rounded once to float
+        CHECK(std::abs(b.entry[static_cast<std::size_t>(e)] - v) <= kvphase::test::rel_bound<float>(2) * mag + kvphase::test::rel_bound<float>(1) * std::abs(v));
+      }
+      for (index_t i = 0; i < 3; ++i) CHECK(b.entry[static_cast<std::size_t>(ref.rows() + i)] == s[static_cast<std::size_t>(N - 3 + i)]);
+    }
+  }
+  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), d, -1, 0), Catch::Contains("window"));
+  auto two = compress::v4_csa();
+  two.heads = 2;
+  CHECK_THROWS_WITH(sim::general_model(two, d, 0, 0), Catch::Contains("heads"));
+}
+
+TEST_CASE("general path: kv-pairs and padding for learned-projection presets, deterministic", "[sim][general][determinism]") {
+  for (const char* name : {"v4_csa", "paper_ref", "v41", "nsa"}) {
+    for (auto t : {sim::task_kind::kv_pairs, sim::task_kind::padding}) {
+      auto c = small_general(t, compress::preset(name));
+      INFO(name << " " << sim::to_string(t));
+      REQUIRE(c.general());
+      REQUIRE_NOTHROW(c.validate());
+      c.threads = 1;
+      const auto one = sim::run_sweep(c);
+      // well formed: one cell per group and model, every trial counted, finite statistics
+      REQUIRE(one.labels.size() == static_cast<std::size_t>(c.groups()));
+      REQUIRE(one.compressed.size() == one.labels.size());
+      REQUIRE(one.full.size() == one.labels.size());
+      for (std::size_t g = 0; g < one.labels.size(); ++g) {
+        CHECK(one.labels[g] == (t == sim::task_kind::padding ? c.padding.pad_min + static_cast<index_t>(g) : static_cast<index_t>(g)));
+        for (const auto* m : {&one.compressed[g], &one.full[g]}) {
+          CHECK(m->trials == c.trials);
+          CHECK(m->hits >= 0);
+          CHECK(m->hits <= m->trials);
+          CHECK(std::isfinite(m->mean_margin()));
+          CHECK(m->mean_mass() >= 0.0);
+          CHECK(m->mean_mass() <= 1.0);
+          if (t == sim::task_kind::padding) CHECK(std::abs(m->mean_margin()) <= 1.0);
+        }
+      }
+      c.threads = 2;
+      const auto two = sim::run_sweep(c);
+      CHECK(one.compressed == two.compressed);
+      CHECK(one.full == two.full);
+      for (index_t n : {2, 3}) {
+        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
+        for (index_t i = 0; i < n; ++i) {
+          c.shard = {i, n};
+          c.threads = static_cast<int>(1 + i % 2);
+          const auto part = sim::run_sweep(c);
+          for (std::size_t g = 0; g < comp.size(); ++g) {
+            comp[g] += part.compressed[g];
+            full[g] += part.full[g];
+          }
+        }
+        c.shard = {};
+        CHECK(comp == one.compressed);
+        CHECK(full == one.full);
+      }
+    }
+  }
+}
+
+TEST_CASE("general path: an operator equal to mean pooling gives the linear mean model's statistics", "[sim][general][engines]") {
+  // A channel gate without logit map, bias or payload map weighs every slot of every channel
+  // equally: it is mean pooling computed by the general path (materialised keys, the
+  // compressor, mean-pooled values). Likewise a two-stream pool without parameters is the mean
+  // over its W = 2S slots. Hit rates and mean margins per group must agree with the linear mean
+  // model (and the full controls with each other) within 5 standard errors.
+  struct pair_case {
+    compress::operator_spec general, linear;
+  };
+  const std::vector<pair_case> cases{
+      {{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
+       {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean}},
+      {{.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
+       {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::mean}}};
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
+      if (ci == 1 && t == sim::task_kind::needle) continue;
+      auto g = small_general(t, cases[ci].general);
+      // harder settings than the determinism runs, so that recall is neither 0 nor 1
+      g.needle = {.context = 1024, .dim = 16, .key_span = 2, .value_span = 1, .query_noise = 0.7};
+      g.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16, .query_noise = 0.5};
+      g.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10,
+                   .offset_b = 61, .strength_b = 0.9, .query_noise = 0.3};
+      g.trials = t == sim::task_kind::padding ? 250 : 300;
+      g.modulus = 4;
+      auto l = g;
+      l.op = cases[ci].linear;
+      REQUIRE(g.general());
+      REQUIRE_FALSE(l.general());
+      INFO("case " << ci << " task " << sim::to_string(t));
+      const auto a = collect(g), b = collect(l);
+      double spread_c = 0;
+      for (std::size_t k = 0; k < a.comp.size(); ++k) {
+        INFO("group " << k << ": compressed hits " << a.comp[k].hits << " vs " << b.comp[k].hits << ", margin "
+                      << a.comp[k].mean() << " vs " << b.comp[k].mean() << "; full hits " << a.full[k].hits << " vs "
+                      << b.full[k].hits);
+        CHECK(same_rate(a.comp[k].hits, a.comp[k].n, b.comp[k].hits, b.comp[k].n));
+        CHECK(same_rate(a.full[k].hits, a.full[k].n, b.full[k].hits, b.full[k].n));
+        CHECK(same_mean(a.comp[k], b.comp[k]));
+        CHECK(same_mean(a.full[k], b.full[k]));
+        spread_c = std::max(spread_c, a.comp[k].hits / a.comp[k].n);
+      }
+      // the comparison has power: recall is not pinned at 0
+      CHECK(spread_c > 0.05);
+    }
+  }
+}
+
+TEST_CASE("general path: padding preference and margin per length; full control flat", "[sim][general][phase]") {
+  for (const char* name : {"v4_csa", "paper_ref"}) {
+    auto c = small_general(sim::task_kind::padding, compress::preset(name));
+    c.trials = 60;
+    c.threads = 2;
+    INFO(name);
+    const auto r = sim::run_sweep(c);
+    REQUIRE(r.labels.size() == 8);
+    double hits = 0, n = 0;
+    for (const auto& f : r.full) {
+      hits += static_cast<double>(f.hits);
+      n += static_cast<double>(f.trials);
+    }
+    const double p = hits / n;
+    // d = 16, λ = 0.9: full attention prefers A unless κ_A·κ_B > d (a 4-sigma event per trial)
+    CHECK(p >= 0.95);
+    for (std::size_t g = 0; g < r.labels.size(); ++g) {
+      const auto& cg = r.compressed[g];
+      const auto& fg = r.full[g];
+      INFO("L " << r.labels[g] << ": compressed " << cg.hits << "/" << cg.trials << " margin " << cg.mean_margin()
+                << "; full " << fg.hits << "/" << fg.trials << " margin " << fg.mean_margin());
+      // preferred answer and margin are defined for every length
+      CHECK(cg.trials == c.trials);
+      CHECK(std::isfinite(cg.mean_margin()));
+      CHECK(std::abs(cg.mean_margin()) <= 1.0);
+      // full control: every length at the pooled rate (5 sigma), A preferred with positive margin
+      const double se = std::sqrt(std::max(p * (1 - p), 1.0 / n) / static_cast<double>(fg.trials));
+      CHECK(std::abs(static_cast<double>(fg.hits) / static_cast<double>(fg.trials) - p) <= 5 * se);
+      CHECK(fg.mean_margin() > 0.0);
+    }
+  }
+}
+
+TEST_CASE("general path: what stays unsupported is named", "[sim][general][errors]") {
+  auto c = small_general(sim::task_kind::kv_pairs, compress::v4_csa());
+  c.engine = sim::engine_kind::score;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine") && Catch::Contains("score") && Catch::Contains("v4_csa"));
+  c.engine = sim::engine_kind::key;
+  c.op.heads = 2;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
+  // an operator whose first entry needs more tokens than the context holds
+  auto k = small_general(sim::task_kind::kv_pairs, compress::v4_hca());
+  k.kv_pairs.context = 100;
+  k.kv_pairs.pairs = 2;
+  CHECK_THROWS_WITH(k.validate(), Catch::Contains("context") && Catch::Contains("complete entry"));
+}
