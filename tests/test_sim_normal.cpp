@@ -6,6 +6,7 @@
 #include <kvphase/core/simd.hpp>
 #include <kvphase/sim/normal.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -51,13 +52,18 @@ ref_block reference_block(ref_lane (&lanes)[16]) {
   }
   ref_block b{};
   for (int j = 0; j < 16; ++j) {
-    // The generator's uniforms are (w >> 8 + 1/2)·2^-24 rounded to float (exact below 1/2).
-    const double u1 = static_cast<float>((static_cast<double>(w[j] >> 8) + 0.5) / 16777216.0);
-    const double u2 = static_cast<float>((static_cast<double>(w[16 + j] >> 8) + 0.5) / 16777216.0);
+    // u1 = (2k + 1)·2^-24 from the low 23 bits of w1; the angle: x = (m2 − 3/2)·π/2 with
+    // m2 = 1 + (low 23 bits of w2)·2^-23, reflected to π/2 − x when bit 30 of w2 is set and
+    // turned by π when bit 31 is set.
+    const double u1 = (2.0 * static_cast<double>(w[j] & 0x7fffffu) + 1.0) / 16777216.0;
+    const double m2 = 1.0 + static_cast<double>(w[16 + j] & 0x7fffffu) / 8388608.0;
+    const double x = (m2 - 1.5) * std::numbers::pi / 2;
+    const double phi = (w[16 + j] & 0x40000000u) ? std::numbers::pi / 2 - x : x;
+    const double sign = (w[16 + j] & 0x80000000u) ? -1.0 : 1.0;
     const double r = std::sqrt(-2.0 * std::log(u1));
     b.r[j] = r;
-    b.z[j] = r * std::cos(2.0 * std::numbers::pi * u2);
-    b.z[16 + j] = r * std::sin(2.0 * std::numbers::pi * u2);
+    b.z[j] = sign * r * std::cos(phi);
+    b.z[16 + j] = sign * r * std::sin(phi);
   }
   return b;
 }
@@ -94,21 +100,23 @@ TEST_CASE("normal generator: every SIMD path gives the scalar reference stream",
     // accuracy bound of the next test covers; with hardware FMA on both sides they are bitwise equal.
     double worst = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - ref[i]));
-    // Both are within 11.1u·r of the exact value (next test), r ≤ 5.9.
-    CHECK(worst <= 2 * kvphase::test::rel_bound<float>(2 * 11.1) * 5.9);
+    // Both are within 15.3u·r of the exact value (next test), r ≤ 5.77.
+    CHECK(worst <= 2 * kvphase::test::rel_bound<float>(15.3) * 5.77);
     if constexpr (simd::is_scalar_v<Arch> || sim::detail::fused_fma_v<Arch>) CHECK(got == ref);
   });
 }
 
 TEST_CASE("normal generator: accuracy against double Box-Muller of the same uniforms", "[sim][normal]") {
   // Error budget per output z = r·cos θ (u = 2^-24):
-  //   ln u1: range reduction exact; polynomial and the fma chain ≤ 4u relative, e·ln2 with a
-  //          rounded ln2 ≤ 2u, cancellation between e·ln2 and ln m at most ×2  → ≤ 12u relative;
-  //   r = √(−2 ln u1): half of that plus the sqrt rounding                      → ≤ 6.5u;
-  //   θ: u2 − n/4 exact, ×2π with rounded 2π: ≤ 2u·π/4 absolute; sin/cos polynomials ≤ 2u
-  //      absolute; rotation exact                                              → ≤ 3.6u;
-  //   final product r·c: ≤ u.  Total |Δz| ≤ (6.5 + 3.6 + 1)u·r ≤ 11.1u·r.
-  const double bound_rel = kvphase::test::rel_bound<float>(2 * 11.1);  // rel_bound takes ops·(u = eps/2)
+  //   −2 ln u1 = A + B with A = −2 ln m = f·Q(f) and B = −2e·ln 2 (f, m, e exact):
+  //     A: Q's approximation error ≤ 3.5u relative, its Horner chain of fmas (|f| ≤ 1/2) ≤ 2u;
+  //     B: rounded −2 ln 2 and the product ≤ 2u; the final fma ≤ u. A and B have opposite signs
+  //     when e < 0 and m > 1; at worst (e = −1, m → 3/2) |A|/(A+B) = 1.41 and |B|/(A+B) = 2.41:
+  //     r² ≤ 1.41·5.5u + 2.41·2u + u = 13.6u relative, so r ≤ 6.8u + u (sqrt) = 7.8u;
+  //   x = m2·fl(π/2) + fl(−3π/4) rounded once: ≤ 2u + 2u + u/2 = 4.5u absolute, which moves
+  //     cos and sin by at most as much; their polynomials ≤ 2u absolute; swap and sign exact;
+  //   final product r·c: ≤ u.  Total |Δz| ≤ (7.8 + 4.5 + 2 + 1)u·r = 15.3u·r.
+  const double bound_rel = kvphase::test::rel_bound<float>(15.3);  // rel_bound takes ops·u
   const auto st = sim::seed_normal_state(99, 1);
   ref_lane lanes[16];
   for (int l = 0; l < 16; ++l)
@@ -133,6 +141,8 @@ TEST_CASE("normal generator: accuracy against double Box-Muller of the same unif
         }
       }
     }
+    INFO("arch " << simd::arch_name<Arch>() << ": worst |dz|/r = " << worst / (0x1.0p-24) << "u (bound "
+                 << bound_rel / 0x1.0p-24 << "u)");
     CHECK(worst <= bound_rel);
   });
 }
@@ -173,8 +183,8 @@ TEST_CASE("normal generator: moments, tails and correlations at 5-sigma bounds",
     INFO("a = " << a << " count " << c << " expected " << p * nd);
     CHECK(std::abs(c / nd - p) <= 5 * std::sqrt(p * (1 - p) / nd));
   }
-  // Truncation: |z| never exceeds sqrt(-2 ln 2^-25).
-  const double zmax = std::sqrt(-2.0 * std::log(0x1.0p-25));
+  // Truncation: |z| never exceeds sqrt(-2 ln 2^-24).
+  const double zmax = std::sqrt(-2.0 * std::log(0x1.0p-24));
   float zabs = 0;
   for (float x : z) zabs = std::max(zabs, std::abs(x));
   CHECK(zabs <= zmax * (1 + 1e-6));
@@ -251,4 +261,56 @@ TEST_CASE("normal generator: native AVX-512 transform and next2 give the generic
     }
     CHECK(got == generic);
   });
+}
+
+TEST_CASE("normal generator: every word maps to the same normals on every path (exhaustive)", "[sim][normal]") {
+  // All 2^23 radius inputs (low 23 bits of w1) and all 2^23 angle inputs in each of the four
+  // quadrants (bits 30, 31 of w2): the native transform, the generic xsimd transform and the scalar
+  // reference agree bitwise where the fma is fused, and the range reduction u1 = m·2^e is exact.
+  simd::for_each_arch([&](auto arch) {
+    using Arch = decltype(arch);
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      using E = sim::normal_engine<Arch>;
+      using G = sim::normal_engine<Arch, false>;
+      using bi = typename E::batch_i;
+      using bf = typename E::batch_f;
+      constexpr index_t L = E::L;
+      INFO("arch " << simd::arch_name<Arch>());
+      alignas(64) std::int32_t w1[L], w2[L];
+      alignas(64) float nc[L], ns[L], gc[L], gs[L];
+      index_t mismatches = 0, ref_mismatches = 0;
+      for (std::uint32_t k = 0; k < (1u << 23); k += static_cast<std::uint32_t>(L)) {
+        for (index_t l = 0; l < L; ++l) {
+          const std::uint32_t kk = k + static_cast<std::uint32_t>(l);
+          w1[l] = static_cast<std::int32_t>(kk | (kk << 23));  // radius input k, high bits varied
+          w2[l] = static_cast<std::int32_t>(kk | (static_cast<std::uint32_t>(l & 3) << 30) | ((k >> 7) & 0x3f800000u));
+        }
+        bf c1, s1, c2, s2;
+        E::box_muller(bi::load_aligned(w1), bi::load_aligned(w2), c1, s1);
+        G::box_muller(bi::load_aligned(w1), bi::load_aligned(w2), c2, s2);
+        c1.store_aligned(nc);
+        s1.store_aligned(ns);
+        c2.store_aligned(gc);
+        s2.store_aligned(gs);
+        for (index_t l = 0; l < L; ++l) {
+          mismatches += nc[l] != gc[l] || ns[l] != gs[l];
+          if constexpr (sim::detail::fused_fma_v<Arch>) {
+            float rc, rs;
+            sim::detail::box_muller_scalar(static_cast<std::uint32_t>(w1[l]), static_cast<std::uint32_t>(w2[l]), rc, rs);
+            ref_mismatches += rc != nc[l] || rs != ns[l];
+          }
+        }
+      }
+      CHECK(mismatches == 0);
+      CHECK(ref_mismatches == 0);
+    }
+  });
+  // The uniform itself: u1 = (2k + 1)·2^-24 exactly, for every k.
+  index_t bad = 0;
+  for (std::uint32_t k = 0; k < (1u << 23); ++k) {
+    const float u1 = std::bit_cast<float>(k | 0x3f800000u) - (1.0f - 0x1.0p-24f);
+    const double exact = (2.0 * k + 1) * 0x1.0p-24;
+    bad += static_cast<double>(u1) != exact;
+  }
+  CHECK(bad == 0);
 }

@@ -9,15 +9,15 @@
 ///    owns its generator: trial k is reproduced alone, on any thread or shard.
 ///  - One *block* = one xoshiro256++ step of all 16 lanes = 16 × 64 bits = 32 words of 32 bits
 ///    (word 2l is the low half of lane l, word 2l+1 its high half). Float lane j ∈ [0, 16) takes
-///    u1 from word j and u2 from word 16 + j, each as (w >> 8 + 1/2)·2⁻²⁴ rounded to float
-///    (exact below 1/2; the largest value rounds to 1, giving z = 0), so u ∈ (0, 1].
-///  - Box–Muller: r = √(−2 ln u1), θ = 2π u2; the block's 32 normals are out[j] = r_j cos θ_j and
-///    out[16 + j] = r_j sin θ_j.
-///  - ln uses the range reduction u = m·2^e, m ∈ [√½, √2), and a degree-8 minimax polynomial for
-///    ln(1 + f); sin/cos reduce θ to a quadrant n ∈ {0,…,4} and |θ − nπ/2| ≤ π/4 with the
-///    classical single-precision minimax polynomials. Relative error of r and of the rotation is a
-///    few float ulps (tests/test_sim_normal.cpp derives and checks the bound).
-///  - Because u1 ≥ 2⁻²⁵, |z| ≤ √(50 ln 2) ≈ 5.89: the tail beyond that (probability 3.8·10⁻⁹) is
+///    w1 = word j and w2 = word 16 + j.
+///  - Radius: u1 = (2k + 1)·2⁻²⁴ with k the low 23 bits of w1 (exact in float; u1 ∈ (0, 1), never
+///    0 or 1), and r = √(−2 ln u1). ln uses the exact reduction u1 = m·2^e, m ∈ [3/4, 3/2), and
+///    −2 ln m = f·Q(f), f = m − 1, with Q a degree-7 minimax polynomial (relative error 2.1·10⁻⁷).
+///  - Angle: the low 23 bits of w2 give x = m₂·π/2 − 3π/4 ∈ [−π/4, π/4) with m₂ = 1 + (w2 mod 2²³)·2⁻²³; bit 30 of w2 swaps (cos x, sin x) → (sin x, cos x), i.e. the
+///    angle π/2 − x, and bit 31 negates both (the angle + π). The four quadrants tile the circle,
+///    so θ is uniform and (cos θ, sin θ) is computed from polynomials on |x| ≤ π/4 only.
+///  - The block's 32 normals are out[j] = r_j cos θ_j and out[16 + j] = r_j sin θ_j.
+///  - Because u1 ≥ 2⁻²⁴, |z| ≤ √(48 ln 2) ≈ 5.77: the tail beyond that (probability 8·10⁻⁹) is
 ///    absent. Every event the sweeps measure is far inside it.
 ///
 /// `normal_engine<Arch>` keeps the state in registers for fused loops (the key-space engine
@@ -69,18 +69,20 @@ inline normal_state seed_normal_state(std::uint64_t seed, std::uint64_t stream) 
 
 namespace detail {
 
-// ln(1 + f) − f + f²/2 = f³·P(f) on f ∈ [√½ − 1, √2 − 1] (single-precision minimax coefficients).
-inline constexpr float log_p[9] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
-                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
-                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f};
-// sin x = x + x³·(s0 + x²(s1 + x² s2)),  cos x = 1 − x²/2 + x⁴(c0 + x²(c1 + x² c2)), |x| ≤ π/4.
+// −2 ln(1 + f) = f·Q(f) on f ∈ [−1/4, 1/2), Q of degree 7 (highest power first; minimax for the
+// relative error, 2.1·10⁻⁷ before rounding).
+inline constexpr float q_ln[8] = {1.329210401e-01f, -2.826371789e-01f, 3.474444449e-01f, -4.021606743e-01f,
+                                  4.995358288e-01f, -6.665952802e-01f, 1.000004292e+00f, -2.000000238e+00f};
+// sin x = x + x³·(s0 + x²(s1 + x² s2)),  cos x = 1 + x²(−1/2 + x²(c0 + x²(c1 + x² c2))), |x| ≤ π/4.
 inline constexpr float sin_c[3] = {-1.6666654611e-1f, 8.3321608736e-3f, -1.9515295891e-4f};
 inline constexpr float cos_c[3] = {4.166664568298827e-2f, -1.388731625493765e-3f, 2.443315711809948e-5f};
-inline constexpr float ln2f = 0.693147180559945309f;
-inline constexpr float two_pi_f = 6.28318530717958648f;
-inline constexpr float sqrt_half_f = 0.707106781186547524f;
-inline constexpr float inv_2_24 = 0x1.0p-24f;
-inline constexpr float half_2_24 = 0x1.0p-25f;
+inline constexpr float minus_two_ln2_f = -1.38629436111989061f;
+inline constexpr float half_pi_f = 1.57079632679489662f;
+inline constexpr float minus_three_quarter_pi_f = -2.35619449019234492f;
+inline constexpr float four_thirds_f = 4.0f / 3.0f;
+inline constexpr float one_minus_half_ulp = 1.0f - 0x1.0p-24f;  // 1 − 2⁻²⁴ (exact)
+inline constexpr std::uint32_t mant_mask = 0x007fffffu;
+inline constexpr std::uint32_t one_bits = 0x3f800000u;
 
 inline std::uint64_t rotl64(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
 
@@ -91,47 +93,41 @@ inline constexpr bool fused_fma_v = simd::fused_fma<Arch>();
 
 /// Scalar reference of one Box–Muller pair from two 32-bit words (same operation order as SIMD).
 inline void box_muller_scalar(std::uint32_t w1, std::uint32_t w2, float& zc, float& zs) noexcept {
-  const float u1 = std::fma(static_cast<float>(static_cast<std::int32_t>(w1 >> 8)), inv_2_24, half_2_24);
-  const float u2 = std::fma(static_cast<float>(static_cast<std::int32_t>(w2 >> 8)), inv_2_24, half_2_24);
-  // ln u1
-  std::int32_t ix;
-  std::memcpy(&ix, &u1, 4);
-  std::int32_t e = (ix >> 23) - 127;
-  std::int32_t mbits = (ix & 0x007fffff) | 0x3f800000;
-  float m;
-  std::memcpy(&m, &mbits, 4);
-  if (m > 2.0f * sqrt_half_f) {
+  const auto as_float = [](std::uint32_t b) {
+    float v;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  const auto as_bits = [](float v) {
+    std::uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return b;
+  };
+  // u1 = (2k + 1)·2⁻²⁴ = (1 + k·2⁻²³) − (1 − 2⁻²⁴), exact
+  const float u1 = as_float((w1 & mant_mask) | one_bits) - one_minus_half_ulp;
+  // u1 = m·2^e with m ∈ [3/4, 3/2), exact
+  const std::uint32_t ix = as_bits(u1);
+  float e = static_cast<float>(static_cast<std::int32_t>(ix >> 23) - 127);
+  float m = as_float((ix & mant_mask) | one_bits);
+  if (m >= 1.5f) {
     m = m * 0.5f;
-    e += 1;
+    e = e + 1.0f;
   }
   const float f = m - 1.0f;
-  float p = log_p[0];
-  for (int i = 1; i < 9; ++i) p = std::fma(p, f, log_p[i]);
-  const float f2 = f * f;
-  float lnm = std::fma(f2 * f, p, std::fma(-0.5f, f2, f));
-  const float ln_u = std::fma(static_cast<float>(e), ln2f, lnm);
-  const float r = std::sqrt(-2.0f * ln_u);
-  // quadrant reduction of θ = 2π u2
-  const std::int32_t n = static_cast<std::int32_t>(std::fma(u2, 4.0f, 0.5f));
-  const float fr = std::fma(static_cast<float>(n), -0.25f, u2);
-  const float x = fr * two_pi_f;
+  float q = q_ln[0];
+  for (int i = 1; i < 8; ++i) q = std::fma(q, f, q_ln[i]);
+  const float r = std::sqrt(std::fma(f, q, e * minus_two_ln2_f));
+  // angle
+  const float x = std::fma(as_float((w2 & mant_mask) | one_bits), half_pi_f, minus_three_quarter_pi_f);
   const float x2 = x * x;
   const float sp = std::fma(std::fma(sin_c[2], x2, sin_c[1]), x2, sin_c[0]);
   const float sn = std::fma(x2 * x, sp, x);
-  const float cp = std::fma(std::fma(cos_c[2], x2, cos_c[1]), x2, cos_c[0]);
-  const float cs = std::fma(x2 * x2, cp, std::fma(-0.5f, x2, 1.0f));
-  const bool odd = (n & 1) != 0;
-  float c = odd ? sn : cs;
-  float s = odd ? cs : sn;
-  std::uint32_t cb, sb;
-  std::memcpy(&cb, &c, 4);
-  std::memcpy(&sb, &s, 4);
-  cb ^= static_cast<std::uint32_t>((n + 1) & 2) << 30;
-  sb ^= static_cast<std::uint32_t>(n & 2) << 30;
-  std::memcpy(&c, &cb, 4);
-  std::memcpy(&s, &sb, 4);
-  zc = r * c;
-  zs = r * s;
+  const float cp = std::fma(std::fma(std::fma(cos_c[2], x2, cos_c[1]), x2, cos_c[0]), x2, -0.5f);
+  const float cs = std::fma(cp, x2, 1.0f);
+  const bool swap = (w2 & 0x40000000u) != 0;
+  const float rs = as_float(as_bits(r) ^ (w2 & 0x80000000u));
+  zc = rs * (swap ? sn : cs);
+  zs = rs * (swap ? cs : sn);
 }
 
 }  // namespace detail
@@ -141,11 +137,10 @@ inline void box_muller_scalar(std::uint32_t w1, std::uint32_t w2, float& zc, flo
 /// continues elsewhere.
 ///
 /// On 512-bit batches with AVX-512F (and Native = true) the Box–Muller transform is written with
-/// intrinsics: ln's range reduction by vgetexpps/vgetmantps (exactly the exponent and [1, 2)
-/// mantissa the generic path extracts with integer operations, then the same √2 fold), the
-/// quadrant swap by mask blends and the signs by vpternlogd. Every value it computes is the one the
-/// generic path computes, so the stream is unchanged (bitwise). Native = false keeps the generic
-/// xsimd path on every arch (tests and benchmarks compare the two).
+/// intrinsics: the range reduction of ln by vgetmantps/vgetexpps, the quadrant swap by mask blends
+/// and the sign by vpternlogd. Every value it computes is the one the generic path computes, so the
+/// stream is the same (bitwise). Native = false keeps the generic xsimd path on every arch (tests
+/// and benchmarks compare the two).
 template <class Arch = simd::default_arch, bool Native = true>
 class normal_engine {
  public:
@@ -170,6 +165,22 @@ class normal_engine {
   void store(normal_state& st) const noexcept {
     for (int w = 0; w < 4; ++w)
       for (index_t b = 0; b < nb; ++b) s_[w][b].store_aligned(&st.s[w][b * UL]);
+  }
+
+  /// The Box–Muller transform of one float batch of words (w1, w2) → (r cos θ, r sin θ), as next()
+  /// applies it: exposed so that tests can sweep every input word.
+  static inline void box_muller(const batch_i& w1, const batch_i& w2, batch_f& zc, batch_f& zs) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (native512) {
+      __m512 c[1], s[1];
+      const __m512i a[1] = {w1}, b[1] = {w2};
+      transform512<1>(a, b, c, s);
+      zc = c[0];
+      zs = s[0];
+      return;
+    }
+#endif
+    transform(w1, w2, zc, zs);
   }
 
   /// Next block of 32 normals.
@@ -237,62 +248,48 @@ class normal_engine {
 
 #if defined(__AVX512F__)
   /// K independent Box–Muller transforms of 16 lanes each, stage by stage so they interleave.
-  /// Same operations and rounding as transform() (see there for the meaning of each step).
+  /// Same values as transform(): the reduction u1 = m·2^e takes m from vgetmantps ([3/4, 3/2)
+  /// normalisation) and e from vgetexpps(u1·fl(4/3)) — u1·fl(4/3) reaches 2^(e0+1) exactly when the
+  /// [1, 2) mantissa of u1 is ≥ 3/2 (checked for all 2²³ inputs by the tests), so (m, e) is the
+  /// generic path's exact pair; the quadrant swap is a mask blend, the sign one vpternlogd.
   template <int K>
   static inline void transform512(const __m512i (&w1)[K], const __m512i (&w2)[K], __m512 (&zc)[K],
                                   __m512 (&zs)[K]) noexcept {
-    const __m512 inv = _mm512_set1_ps(detail::inv_2_24), half = _mm512_set1_ps(detail::half_2_24);
-    __m512 u1[K], u2[K], m[K], e[K], p[K], r[K];
+    const __m512i mant = _mm512_set1_epi32(static_cast<int>(detail::mant_mask));
+    const __m512i one = _mm512_set1_epi32(static_cast<int>(detail::one_bits));
+    __m512 f[K], e[K], q[K], r[K];
     for (int k = 0; k < K; ++k) {
-      u1[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w1[k], 8)), inv, half);
-      u2[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w2[k], 8)), inv, half);
+      // (w & mant) | one: truth table (0xF0 & 0xCC) | 0xAA = 0xEA
+      const __m512 u1 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w1[k], mant, one, 0xEA)),
+                                      _mm512_set1_ps(detail::one_minus_half_ulp));
+      f[k] = _mm512_sub_ps(_mm512_getmant_ps(u1, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_src), _mm512_set1_ps(1.0f));
+      e[k] = _mm512_getexp_ps(_mm512_mul_ps(u1, _mm512_set1_ps(detail::four_thirds_f)));
+      q[k] = _mm512_set1_ps(detail::q_ln[0]);
     }
-    // ln u1: u1 = m·2^e with m ∈ [1, 2) (u1 ≥ 2⁻²⁵ is normal), folded to [√½, √2)
-    const __m512 fold = _mm512_set1_ps(2.0f * detail::sqrt_half_f);
-    for (int k = 0; k < K; ++k) {
-      m[k] = _mm512_getmant_ps(u1[k], _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
-      e[k] = _mm512_getexp_ps(u1[k]);
-      const __mmask16 big = _mm512_cmp_ps_mask(m[k], fold, _CMP_GT_OQ);
-      m[k] = _mm512_mask_mul_ps(m[k], big, m[k], _mm512_set1_ps(0.5f));
-      e[k] = _mm512_mask_add_ps(e[k], big, e[k], _mm512_set1_ps(1.0f));
-      m[k] = _mm512_sub_ps(m[k], _mm512_set1_ps(1.0f));  // f
-      p[k] = _mm512_set1_ps(detail::log_p[0]);
-    }
-    for (int i = 1; i < 9; ++i)
-      for (int k = 0; k < K; ++k) p[k] = _mm512_fmadd_ps(p[k], m[k], _mm512_set1_ps(detail::log_p[i]));
-    for (int k = 0; k < K; ++k) {
-      const __m512 f = m[k];
-      const __m512 f2 = _mm512_mul_ps(f, f);
-      const __m512 lnm = _mm512_fmadd_ps(_mm512_mul_ps(f2, f), p[k], _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), f2, f));
-      const __m512 ln_u = _mm512_fmadd_ps(e[k], _mm512_set1_ps(detail::ln2f), lnm);
-      r[k] = _mm512_sqrt_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ln_u));
-    }
-    // sincos of 2π u2
+    for (int i = 1; i < 8; ++i)
+      for (int k = 0; k < K; ++k) q[k] = _mm512_fmadd_ps(q[k], f[k], _mm512_set1_ps(detail::q_ln[i]));
+    for (int k = 0; k < K; ++k)
+      r[k] = _mm512_sqrt_ps(_mm512_fmadd_ps(f[k], q[k], _mm512_mul_ps(e[k], _mm512_set1_ps(detail::minus_two_ln2_f))));
     const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    const __m512i bit30 = _mm512_set1_epi32(0x40000000);
     for (int k = 0; k < K; ++k) {
-      const __m512i n = _mm512_cvttps_epi32(_mm512_fmadd_ps(u2[k], _mm512_set1_ps(4.0f), _mm512_set1_ps(0.5f)));
-      const __m512 fr = _mm512_fmadd_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(-0.25f), u2[k]);
-      const __m512 x = _mm512_mul_ps(fr, _mm512_set1_ps(detail::two_pi_f));
+      const __m512 x = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w2[k], mant, one, 0xEA)),
+                                       _mm512_set1_ps(detail::half_pi_f), _mm512_set1_ps(detail::minus_three_quarter_pi_f));
       const __m512 x2 = _mm512_mul_ps(x, x);
       const __m512 sp = _mm512_fmadd_ps(
           _mm512_fmadd_ps(_mm512_set1_ps(detail::sin_c[2]), x2, _mm512_set1_ps(detail::sin_c[1])), x2,
           _mm512_set1_ps(detail::sin_c[0]));
       const __m512 sn = _mm512_fmadd_ps(_mm512_mul_ps(x2, x), sp, x);
       const __m512 cp = _mm512_fmadd_ps(
-          _mm512_fmadd_ps(_mm512_set1_ps(detail::cos_c[2]), x2, _mm512_set1_ps(detail::cos_c[1])), x2,
-          _mm512_set1_ps(detail::cos_c[0]));
-      const __m512 cs =
-          _mm512_fmadd_ps(_mm512_mul_ps(x2, x2), cp, _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), x2, _mm512_set1_ps(1.0f)));
-      // odd quadrants swap cos and sin; bit 1 of n (of n + 1) is the sign of sin (of cos):
-      // n << 30 puts bit 1 of n in the sign position, and (n + 1) << 30 = (n << 30) + 2³⁰
-      const __mmask16 odd = _mm512_test_epi32_mask(n, _mm512_set1_epi32(1));
-      const __m512i c = _mm512_castps_si512(_mm512_mask_blend_ps(odd, cs, sn));
-      const __m512i s = _mm512_castps_si512(_mm512_mask_blend_ps(odd, sn, cs));
-      const __m512i n30 = _mm512_slli_epi32(n, 30);
-      const __m512i c30 = _mm512_add_epi32(n30, _mm512_set1_epi32(1 << 30));
-      // a ^ (b & sign): truth table 0xF0 ^ (0xCC & 0xAA) = 0x78
-      zc[k] = _mm512_mul_ps(r[k], _mm512_castsi512_ps(_mm512_ternarylogic_epi32(c, c30, sign, 0x78)));
-      zs[k] = _mm512_mul_ps(r[k], _mm512_castsi512_ps(_mm512_ternarylogic_epi32(s, n30, sign, 0x78)));
+          _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(detail::cos_c[2]), x2, _mm512_set1_ps(detail::cos_c[1])), x2,
+                          _mm512_set1_ps(detail::cos_c[0])),
+          x2, _mm512_set1_ps(-0.5f));
+      const __m512 cs = _mm512_fmadd_ps(cp, x2, _mm512_set1_ps(1.0f));
+      const __mmask16 swap = _mm512_test_epi32_mask(w2[k], bit30);
+      // r ^ (w2 & sign): truth table 0xF0 ^ (0xCC & 0xAA) = 0x78
+      const __m512 rs = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(r[k]), w2[k], sign, 0x78));
+      zc[k] = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, cs, sn));
+      zs[k] = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, sn, cs));
     }
   }
 #endif
@@ -306,47 +303,39 @@ class normal_engine {
   }
 
   static inline void transform(batch_i w1, batch_i w2, batch_f& zc, batch_f& zs) noexcept {
-    const batch_f inv(detail::inv_2_24), half(detail::half_2_24);
-    // (w >> 8) as a logical shift: mask after the arithmetic shift
-    const batch_i m24(0x00ffffff);
-    const batch_f u1 = simd::fma(xsimd::to_float((w1 >> 8) & m24), inv, half);
-    const batch_f u2 = simd::fma(xsimd::to_float((w2 >> 8) & m24), inv, half);
-    // ln u1
+    const batch_i mant(static_cast<std::int32_t>(detail::mant_mask)), one(static_cast<std::int32_t>(detail::one_bits));
+    // u1 = (2k + 1)·2⁻²⁴, exact; u1 = m·2^e with m ∈ [3/4, 3/2), exact
+    const batch_f u1 = xsimd::bitwise_cast<batch_f>((w1 & mant) | one) - batch_f(detail::one_minus_half_ulp);
     const batch_i ix = xsimd::bitwise_cast<batch_i>(u1);
-    batch_f e = xsimd::to_float((ix >> 23) - batch_i(127));
-    batch_f m = xsimd::bitwise_cast<batch_f>((ix & batch_i(0x007fffff)) | batch_i(0x3f800000));
-    const auto big = m > batch_f(2.0f * detail::sqrt_half_f);
+    batch_f e = xsimd::to_float((ix >> 23) - batch_i(127));  // u1 > 0: the shift sees no sign bit
+    batch_f m = xsimd::bitwise_cast<batch_f>((ix & mant) | one);
+    const auto big = m >= batch_f(1.5f);
     m = xsimd::select(big, m * batch_f(0.5f), m);
     e = xsimd::select(big, e + batch_f(1.0f), e);
     const batch_f f = m - batch_f(1.0f);
-    batch_f p(detail::log_p[0]);
-    for (int i = 1; i < 9; ++i) p = simd::fma(p, f, batch_f(detail::log_p[i]));
-    const batch_f f2 = f * f;
-    const batch_f lnm = simd::fma(f2 * f, p, simd::fma(batch_f(-0.5f), f2, f));
-    const batch_f ln_u = simd::fma(e, batch_f(detail::ln2f), lnm);
-    const batch_f r = xsimd::sqrt(batch_f(-2.0f) * ln_u);
-    // sincos of 2π u2
-    const batch_i n = xsimd::to_int(simd::fma(u2, batch_f(4.0f), batch_f(0.5f)));
-    const batch_f fr = simd::fma(xsimd::to_float(n), batch_f(-0.25f), u2);
-    const batch_f x = fr * batch_f(detail::two_pi_f);
+    batch_f q(detail::q_ln[0]);
+    for (int i = 1; i < 8; ++i) q = simd::fma(q, f, batch_f(detail::q_ln[i]));
+    const batch_f r = xsimd::sqrt(simd::fma(f, q, e * batch_f(detail::minus_two_ln2_f)));
+    // angle x ∈ [−π/4, π/4) and its quadrant bits
+    const batch_f x = simd::fma(xsimd::bitwise_cast<batch_f>((w2 & mant) | one), batch_f(detail::half_pi_f),
+                                batch_f(detail::minus_three_quarter_pi_f));
     const batch_f x2 = x * x;
     const batch_f sp = simd::fma(simd::fma(batch_f(detail::sin_c[2]), x2, batch_f(detail::sin_c[1])), x2,
-                                  batch_f(detail::sin_c[0]));
+                                 batch_f(detail::sin_c[0]));
     const batch_f sn = simd::fma(x2 * x, sp, x);
-    const batch_f cp = simd::fma(simd::fma(batch_f(detail::cos_c[2]), x2, batch_f(detail::cos_c[1])), x2,
-                                  batch_f(detail::cos_c[0]));
-    const batch_f cs = simd::fma(x2 * x2, cp, simd::fma(batch_f(-0.5f), x2, batch_f(1.0f)));
-    // quadrant swap and signs in integer lanes (no float compare of bit patterns, so the result
-    // does not depend on denormals-are-zero modes)
-    const batch_i odd = batch_i(0) - (n & batch_i(1));  // all ones in odd quadrants
+    const batch_f cp = simd::fma(
+        simd::fma(simd::fma(batch_f(detail::cos_c[2]), x2, batch_f(detail::cos_c[1])), x2, batch_f(detail::cos_c[0])),
+        x2, batch_f(-0.5f));
+    const batch_f cs = simd::fma(cp, x2, batch_f(1.0f));
+    // swap and sign in integer lanes (no float compare of bit patterns, so the result does not
+    // depend on denormals-are-zero modes): bit 30 → all ones by an arithmetic shift
+    const batch_i swapm = (w2 << 1) >> 31;
     const batch_i sni = xsimd::bitwise_cast<batch_i>(sn), csi = xsimd::bitwise_cast<batch_i>(cs);
-    const batch_i swap = (sni ^ csi) & odd;
-    const batch_i csign = ((n + batch_i(1)) & batch_i(2)) << 30;
-    const batch_i ssign = (n & batch_i(2)) << 30;
-    const batch_f c = xsimd::bitwise_cast<batch_f>(csi ^ swap ^ csign);
-    const batch_f s = xsimd::bitwise_cast<batch_f>(sni ^ swap ^ ssign);
-    zc = r * c;
-    zs = r * s;
+    const batch_i swap = (sni ^ csi) & swapm;
+    const batch_f rs = xsimd::bitwise_cast<batch_f>(xsimd::bitwise_cast<batch_i>(r) ^
+                                                    (w2 & batch_i(static_cast<std::int32_t>(0x80000000u))));
+    zc = rs * xsimd::bitwise_cast<batch_f>(csi ^ swap);
+    zs = rs * xsimd::bitwise_cast<batch_f>(sni ^ swap);
   }
 
   std::array<std::array<batch_u, nb>, 4> s_;
