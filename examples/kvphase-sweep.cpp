@@ -8,6 +8,9 @@
 // model = compressed | full, or JSON with per-model gap, uniformity and periodicity tests and a
 // provenance object. --shard i/N runs a part of the trials; kvphase-merge joins the parts into
 // the same bytes (provenance aside) as one run. Bad flags or values exit with status 2.
+//
+// Operators that are not linear in the keys (v4-csa, v4-hca, v41, nsa, paper-ref, --pool max)
+// run every task (needle, kv-pairs, padding) in the general key-space path: --engine key only.
 
 #include <CLI/CLI.hpp>
 
@@ -239,7 +242,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "chunk window W: tokens pooled per entry (default: the preset's)");
   app.add_option("--stride", o.stride, "stride S between entries (default: the preset's; mean/gated: 4)");
-  app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights");
+  app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights, max, identity");
   app.add_option("--gate-bias", o.gate_bias, "slot-gate bias b0,b1,... (one per slot; gated)")->delimiter(',');
   app.add_option("--slot-weights", o.slot_weights, "fixed slot weights w0,w1,... (--pool weights)")->delimiter(',');
   app.add_option("--gate-content-std", o.gate_content_std, "std of random per-token content logits of the gate (gated)");
@@ -257,7 +260,8 @@ int main(int argc, char** argv) {
   app.add_option("--modulus", o.modulus, "phase groups: target position mod M (default: S; kv-pairs: 8)");
   app.add_option("--pad-min", o.pad_min, "first padding length (padding)")->capture_default_str();
   app.add_option("--lengths", o.lengths, "number of padding lengths (padding; default 4*S)");
-  app.add_option("--engine", o.engine, "key (generate keys) or score (sample scores; exact for Gaussian keys)")
+  app.add_option("--engine", o.engine,
+                 "key (generate keys) or score (sample scores; exact for Gaussian keys and linear pools)")
       ->capture_default_str();
   app.add_option("--trials", o.trials, "trials per phase group")->capture_default_str();
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
