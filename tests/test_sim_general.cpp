@@ -277,7 +277,7 @@ TEST_CASE("general path: an operator equal to mean pooling gives the linear mean
   }
 }
 
-TEST_CASE("general path: padding preference and margin per length; full control flat", "[sim][general][phase]") {
+TEST_CASE("general path: padding preference and margin per length with a flat full control", "[sim][general][phase]") {
   for (const char* name : {"v4_csa", "paper_ref"}) {
     auto c = small_general(sim::task_kind::padding, compress::preset(name));
     c.trials = 60;
