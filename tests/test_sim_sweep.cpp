@@ -94,7 +94,10 @@ TEST_CASE("key-space scores: layout of the stream and every SIMD path", "[sim][k
 }
 
 TEST_CASE("linear model: pooled scores equal q · compressed keys of the compressor", "[sim][linear]") {
-  const index_t N = 61, d = 8;
+  // N = 61: fewer entries than a batch (scalar tail only); N = 203: the vectorised entries too
+  for (const index_t N : {index_t(61), index_t(203)}) {
+  INFO("N = " << N);
+  const index_t d = 8;
   std::mt19937 rng(3);
   std::normal_distribution<double> nd;
   kvphase::matrix_t<double> K(N, d);
@@ -136,6 +139,7 @@ TEST_CASE("linear model: pooled scores equal q · compressed keys of the compres
       CHECK(std::abs(b.entry[static_cast<std::size_t>(e)] - ref) <= bound);
     }
     for (index_t i = 0; i < 5; ++i) CHECK(b.entry[static_cast<std::size_t>(C.rows() + i)] == s[static_cast<std::size_t>(N - 5 + i)]);
+  }
   }
   // unsupported operators are rejected by name
   compress::operator_spec mx{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::max};

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -106,14 +107,17 @@ class linear_model {
     if (W_ == 1 && grid_.stride == 1) {
       std::copy(s + grid_.sources(0).first, s + grid_.sources(0).first + E, es);
     } else if (!content_) {
-      for (index_t e = 0; e < E; ++e) {
+      // entries with masked slots (they lead), then the others, whose first source is f0 + e·S
+      index_t e = 0;
+      for (; e < E && grid_.sources(e).first < 0; ++e) {
         const index_t f = grid_.sources(e).first;
-        const index_t m = std::max<index_t>(0, -f);
+        const index_t m = -f;
         const float* w = fixed_.data() + m * W_;
         float acc = 0;
-        for (index_t r = m; r < W_; ++r) acc += w[r] * s[f + r];
+        for (index_t r = m; r < W_; ++r) acc = std::fma(w[r], s[f + r], acc);
         es[e] = acc;
       }
+      if (e < E) pool_unmasked(s, es, e, E, grid_.sources(e).first - e * grid_.stride);
     } else {
       if (static_cast<index_t>(b.weight.size()) < E * W_) b.weight.resize(static_cast<std::size_t>(E * W_));
       for (index_t e = 0; e < E; ++e) {
@@ -140,6 +144,36 @@ class linear_model {
       }
     }
     std::copy(s + N - nw, s + N, es + E);
+  }
+
+  /// es[e] = Σ_r w_r·s[f0 + e·S + r] for e ∈ [e0, E) (no masked slot): fmas in slot order,
+  /// vectorised across entries (gathers at stride S); every lane and the scalar tail round alike
+  /// where the arch's fma is fused.
+  template <class Arch = simd::default_arch>
+  void pool_unmasked(const float* s, float* es, index_t e0, index_t E, index_t f0) const noexcept {
+    const index_t S = grid_.stride;
+    const float* w = fixed_.data();
+    index_t e = e0;
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      using B = xsimd::batch<float, Arch>;
+      using BI = xsimd::batch<std::int32_t, Arch>;
+      constexpr index_t L = static_cast<index_t>(B::size);
+      alignas(64) std::int32_t lane[L];
+      for (index_t l = 0; l < L; ++l) lane[l] = static_cast<std::int32_t>(l * S);
+      const BI idx = BI::load_aligned(lane);
+      for (; e + L <= E; e += L) {
+        const float* base = s + f0 + e * S;
+        B acc(0.0f);
+        for (index_t r = 0; r < W_; ++r) acc = simd::fma(B(w[r]), B::gather(base + r, idx), acc);
+        acc.store_unaligned(es + e);
+      }
+    }
+    for (; e < E; ++e) {
+      const float* x = s + f0 + e * S;
+      float acc = 0;
+      for (index_t r = 0; r < W_; ++r) acc = std::fma(w[r], x[r], acc);
+      es[e] = acc;
+    }
   }
 
   /// Weight of slot r of entry e (after pool()).
