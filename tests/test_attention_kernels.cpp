@@ -254,6 +254,45 @@ TEST_CASE("batched attention is bitwise identical for 1 and 2 threads", "[attent
   CHECK((O1.array() == O2.array()).all());
 }
 
+TEMPLATE_TEST_CASE("batched attention reads strided rows in place: padding columns are never read or written",
+                   "[attention][kernels]", float, double) {
+  using Real = TestType;
+  const Real nan = std::numeric_limits<Real>::quiet_NaN();
+  struct shape {
+    index_t M, n, d, dv;
+  };
+  for (shape sh : {shape{40, 300, 33, 19}, shape{70, 260, 16, 16}, shape{9, 130, 128, 24}}) {
+    const auto Q = kt::random_matrix<Real>(sh.M, sh.d, 41u, 2.0);
+    const auto K = kt::random_matrix<Real>(sh.n, sh.d, 42u);
+    const auto V = kt::random_matrix<Real>(sh.n, sh.dv, 43u);
+    // the same matrices inside wider rows whose extra columns are NaN: any read of them would
+    // turn an output into NaN, any write would replace a NaN in O's padding
+    matrix_t<Real> Qw = matrix_t<Real>::Constant(sh.M, sh.d + 3, nan), Kw = matrix_t<Real>::Constant(sh.n, sh.d + 5, nan),
+                   Vw = matrix_t<Real>::Constant(sh.n, sh.dv + 7, nan);
+    Qw.leftCols(sh.d) = Q;
+    Kw.leftCols(sh.d) = K;
+    Vw.leftCols(sh.dv) = V;
+    const Real scale = att::default_scale<Real>(sh.d);
+    std::vector<index_t> ends(static_cast<std::size_t>(sh.M));
+    for (index_t i = 0; i < sh.M; ++i) ends[static_cast<std::size_t>(i)] = 1 + (i * 613) % sh.n;
+    for (bool prefix : {false, true}) {
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        matrix_t<Real> O(sh.M, sh.dv), Ow = matrix_t<Real>::Constant(sh.M, sh.dv + 2, nan);
+        att::attend_batch<Real, Arch>(Q.data(), sh.d, sh.M, K.data(), sh.d, V.data(), sh.dv, sh.n, sh.d, sh.dv,
+                                      prefix ? ends.data() : nullptr, scale, Real(0.5), O.data(), sh.dv, 256, 2);
+        att::attend_batch<Real, Arch>(Qw.data(), sh.d + 3, sh.M, Kw.data(), sh.d + 5, Vw.data(), sh.dv + 7, sh.n,
+                                      sh.d, sh.dv, prefix ? ends.data() : nullptr, scale, Real(0.5), Ow.data(),
+                                      sh.dv + 2, 256, 2);
+        INFO("arch " << simd::arch_name<Arch>() << " M=" << sh.M << " n=" << sh.n << " d=" << sh.d << " dv=" << sh.dv
+                     << " prefix=" << prefix);
+        CHECK((Ow.leftCols(sh.dv).array() == O.array()).all());
+        CHECK(Ow.rightCols(2).array().isNaN().all());
+      });
+    }
+  }
+}
+
 TEST_CASE("attention_params validation names the parameter", "[attention][kernels]") {
   CHECK_THROWS_WITH((att::attention_params{.scale = -1}.validate()), Catch::Contains("scale"));
   CHECK_THROWS_WITH((att::attention_params{.sink = inf}.validate()), Catch::Contains("sink"));
