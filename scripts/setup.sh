@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package kvphase needs that is not installed yet.
 # Idempotent: runs `apt-get update` once, and only when something is missing.
+# --with-torch also installs Debian's python3-torch, used only by benchmarks/compare_torch.py
+# (the PyTorch comparison of the sweep trial); nothing in the build or the tests needs it.
 set -euo pipefail
+
+with_torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=1 ;;
+    *) echo "setup: unknown argument '$arg' (known: --with-torch)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   cmake ninja-build g++ git ca-certificates pkg-config
@@ -9,6 +19,7 @@ packages=(
   catch2 libbenchmark-dev librandom123-dev libcli11-dev nlohmann-json3-dev
   libomp-dev python3 python3-matplotlib python3-numpy
 )
+if [ "$with_torch" -eq 1 ]; then packages+=(python3-torch); fi
 
 missing=()
 for p in "${packages[@]}"; do
