@@ -13,9 +13,10 @@ Usage (Debian's python3 with python3-torch; not part of the default build or tes
   /usr/bin/python3 benchmarks/compare_torch.py --bench build/release/benchmarks/bench_sweep \
       [--threads 1 2] [--rounds 3] [--seconds 3] [--out compare_torch.json]
 
-Each round alternates: PyTorch for --seconds, then the library's BM_key_space/threads:T; the
-ratio is taken per round and the median (min-max) over rounds is printed. Both report their hit
-rates, which must agree (the same task).
+Each round alternates: PyTorch for --seconds, then the library's BM_key_space/threads:T (the same
+trial with the keys generated) and BM_score_space/threads:T (the exact score-space engine: the
+same trial in distribution, one normal per token); the ratios are taken per round and the median
+(min-max) over rounds is printed. PyTorch's hit rates are printed to check it runs the same task.
 """
 import argparse
 import datetime
@@ -60,9 +61,9 @@ def torch_rate(torch, threads, seconds, seed):
     return trials / elapsed, hits_comp / trials, hits_full / trials, trials
 
 
-def library_rate(bench, threads):
+def library_rate(bench, name, threads):
     out = subprocess.run(
-        [bench, f"--benchmark_filter=BM_key_space/threads:{threads}/", "--benchmark_format=json"],
+        [bench, f"--benchmark_filter={name}/threads:{threads}/", "--benchmark_format=json"],
         check=True, capture_output=True, text=True).stdout
     row = json.loads(out)["benchmarks"][0]
     return row["trials_per_s"], row["gen_frac"]
@@ -94,21 +95,25 @@ def main():
           f"batches of {BATCH}")
     results = []
     for t in args.threads:
-        ratios, rows = [], []
+        ratios, score_ratios, rows = [], [], []
         for r in range(args.rounds):
             tr, hc, hf, n = torch_rate(torch, t, args.seconds, args.seed + 1000 * r + t)
-            lr, gen_frac = library_rate(args.bench, t)
+            lr, gen_frac = library_rate(args.bench, "BM_key_space", t)
+            sr, _ = library_rate(args.bench, "BM_score_space", t)
             ratios.append(lr / tr)
+            score_ratios.append(sr / tr)
             rows.append({"round": r, "torch_trials_per_s": tr, "torch_hit_compressed": hc, "torch_hit_full": hf,
-                         "torch_trials": n, "library_trials_per_s": lr, "library_gen_frac": gen_frac,
-                         "ratio": lr / tr})
+                         "torch_trials": n, "library_key_trials_per_s": lr, "library_gen_frac": gen_frac,
+                         "ratio_key": lr / tr, "library_score_trials_per_s": sr, "ratio_score": sr / tr})
             print(f"threads {t} round {r}: PyTorch {tr:8.1f} trials/s (hit compressed {hc:.3f}, full {hf:.3f}), "
-                  f"kvphase {lr:8.1f} trials/s, ratio {lr / tr:6.1f}x")
+                  f"kvphase key engine {lr:8.1f} trials/s ({lr / tr:5.1f}x), score engine {sr:9.1f} ({sr / tr:6.1f}x)")
         med = statistics.median(ratios)
-        print(f"threads {t}: kvphase / PyTorch = {med:.1f}x (min {min(ratios):.1f}, max {max(ratios):.1f}) "
+        smed = statistics.median(score_ratios)
+        print(f"threads {t}: kvphase key engine / PyTorch = {med:.1f}x (min {min(ratios):.1f}, max {max(ratios):.1f}); "
+              f"score engine / PyTorch = {smed:.0f}x (min {min(score_ratios):.0f}, max {max(score_ratios):.0f}) "
               f"over {args.rounds} rounds")
-        results.append({"threads": t, "median_ratio": med, "min_ratio": min(ratios), "max_ratio": max(ratios),
-                        "rounds": rows})
+        results.append({"threads": t, "median_ratio_key": med, "min_ratio_key": min(ratios),
+                        "max_ratio_key": max(ratios), "median_ratio_score": smed, "rounds": rows})
     if args.out:
         git = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short=12",
                               "HEAD"], capture_output=True, text=True).stdout.strip()
