@@ -20,7 +20,7 @@ io::sweep_result make(std::int64_t i, std::int64_t n, counts trials, counts cmp,
 }
 
 int main() {
-  const io::sweep_result whole = make(0, 1, {400, 400, 400, 400}, {396, 1, 2, 0}, {387, 389, 392, 389});
+  const io::sweep_result whole = make(0, 1, {400, 400, 400, 400}, {396, 0, 0, 4}, {389, 391, 394, 388});
   std::ostringstream csv;
   io::write_sweep_csv(csv, whole);  // provenance comments, analysis, summaries, one row per phase
   const io::sweep_result back = io::parse_sweep(csv.str());
@@ -30,8 +30,8 @@ int main() {
                 s.gap.ci.low, s.gap.ci.high, s.uniformity.p, s.periodicity.p);
 
   // Each shard holds the counts of its trials; merge_shards checks and sums them (any order).
-  const io::sweep_result s0 = make(0, 2, {200, 200, 200, 200}, {198, 1, 1, 0}, {193, 195, 196, 194});
-  const io::sweep_result s1 = make(1, 2, {200, 200, 200, 200}, {198, 0, 1, 0}, {194, 194, 196, 195});
+  const io::sweep_result s0 = make(0, 2, {200, 200, 200, 200}, {199, 0, 0, 1}, {194, 196, 195, 194});
+  const io::sweep_result s1 = make(1, 2, {200, 200, 200, 200}, {197, 0, 0, 3}, {195, 195, 199, 194});
   const io::sweep_result merged = io::merge_shards({s1, s0});
   std::printf("merged_from %lld, counts equal the whole run: %s\n",
               static_cast<long long>(merged.prov.merged_from), merged.models == whole.models ? "yes" : "no");
