@@ -13,7 +13,8 @@
 ///  - Radius: u1 = (2k + 1)·2⁻²⁴ with k the low 23 bits of w1 (exact in float; u1 ∈ (0, 1), never
 ///    0 or 1), and r = √(−2 ln u1). ln uses the exact reduction u1 = m·2^e, m ∈ [3/4, 3/2), and
 ///    −2 ln m = f·Q(f), f = m − 1, with Q a degree-7 minimax polynomial (relative error 2.1·10⁻⁷).
-///  - Angle: the low 23 bits of w2 give x = m₂·π/2 − 3π/4 ∈ [−π/4, π/4) with m₂ = 1 + (w2 mod 2²³)·2⁻²³; bit 30 of w2 swaps (cos x, sin x) → (sin x, cos x), i.e. the
+///  - Angle: the low 23 bits of w2 give x = m₂·π/2 − 3π/4 ∈ [−π/4, π/4) with
+///    m₂ = 1 + (w2 mod 2²³)·2⁻²³; bit 30 of w2 swaps (cos x, sin x) → (sin x, cos x), i.e. the
 ///    angle π/2 − x, and bit 31 negates both (the angle + π). The four quadrants tile the circle,
 ///    so θ is uniform and (cos θ, sin θ) is computed from polynomials on |x| ≤ π/4 only.
 ///  - The block's 32 normals are out[j] = r_j cos θ_j and out[16 + j] = r_j sin θ_j.
