@@ -117,7 +117,24 @@ def main():
     if args.out:
         git = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short=12",
                               "HEAD"], capture_output=True, text=True).stdout.strip()
-        doc = {"provenance": {"program": "compare_torch.py", "git_hash": git, "torch": torch.__version__,
+        here = os.path.dirname(os.path.abspath(__file__))
+        version = ""
+        try:
+            with open(os.path.join(here, "..", "include", "kvphase", "version.hpp")) as f:
+                for line in f:
+                    if "KVPHASE_VERSION_STRING" in line:
+                        version = line.split('"')[1]
+        except OSError:
+            pass
+        isa = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+            isa = " ".join(x for x in ("avx512f", "avx512bw", "avx2", "fma") if x in flags)
+        except OSError:
+            pass
+        doc = {"provenance": {"program": "compare_torch.py", "version": version, "git_hash": git,
+                              "cpu_isa": isa, "torch": torch.__version__,
                               "python": platform.python_version(), "machine": platform.machine(),
                               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                               "command_line": " ".join(sys.argv), "seed": args.seed,
