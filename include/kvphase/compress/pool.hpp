@@ -363,6 +363,16 @@ struct compress_options {
   }
 };
 
+/// Reusable buffers of the compressor: the token projections and each thread's scratch. Pass one
+/// to compress_into when compressing many sequences (e.g. one per simulated trial): once sized by
+/// the largest call it allocates nothing. Results do not depend on it.
+template <class Real>
+struct compress_workspace {
+  std::vector<Real> pay, z;                       ///< projections X·W_C (or [x | x]), X·W_Z
+  std::vector<std::vector<Real>> scratch;         ///< per thread: the entry kernel's scratch
+  std::vector<std::vector<const Real*>> ptrs;     ///< per thread: slot pointers
+};
+
 // ---- kernels -----------------------------------------------------------------------------------------
 
 namespace detail {
@@ -742,15 +752,18 @@ index_t validate_call(const operator_spec& spec, const pool_params<Real>& p, ind
 /// entry e0). No checks: callers validate.
 template <class Real, class Arch>
 void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, index_t pos0, index_t e0, index_t e1,
-                 Real* out, const compress_options& opt) {
+                 Real* out, const compress_options& opt, compress_workspace<Real>* workspace = nullptr) {
   const operator_spec& spec = *eng.spec;
   const pool_params<Real>& p = *eng.p;
   const index_t d = eng.d, c = eng.c, E = e1 - e0;
   if (E <= 0) return;
   const int nt = resolve_threads(opt, static_cast<std::size_t>(nrows * d) * sizeof(Real));
+  compress_workspace<Real> local;
+  compress_workspace<Real>& ws = workspace ? *workspace : local;
 
   // Projections (token-wise, computed once per token).
-  std::vector<Real> pay_buf, z_buf;
+  std::vector<Real>& pay_buf = ws.pay;
+  std::vector<Real>& z_buf = ws.z;
   typename engine<Real, Arch>::rows_t R{x, d, x, d, nullptr, 0, pos0};
   const bool projected = p.w_c.size() && (spec.pool == pool_kind::slot_gate || spec.pool == pool_kind::channel_gate ||
                                           spec.pool == pool_kind::two_stream);
@@ -785,10 +798,14 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
                            (opt.stores == store_mode::automatic && out_bytes >= (std::size_t(8) << 20)));
   }
 
-  std::vector<std::vector<Real>> scratch(static_cast<std::size_t>(nt));
-  std::vector<std::vector<const Real*>> ptrs(static_cast<std::size_t>(nt));
-  for (auto& s : scratch) s.resize(static_cast<std::size_t>(eng.scratch_size));
-  for (auto& s : ptrs) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
+  auto& scratch = ws.scratch;
+  auto& ptrs = ws.ptrs;
+  if (scratch.size() < static_cast<std::size_t>(nt)) scratch.resize(static_cast<std::size_t>(nt));
+  if (ptrs.size() < static_cast<std::size_t>(nt)) ptrs.resize(static_cast<std::size_t>(nt));
+  for (auto& s : scratch)
+    if (s.size() < static_cast<std::size_t>(eng.scratch_size)) s.resize(static_cast<std::size_t>(eng.scratch_size));
+  for (auto& s : ptrs)
+    if (s.size() < static_cast<std::size_t>(3 * spec.grid.window)) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
   const std::size_t share = static_cast<std::size_t>(nrows * d) * sizeof(Real) / static_cast<std::size_t>(nt);
   const index_t q = opt.interleave > 0 ? opt.interleave : (share > (std::size_t(96) << 20) ? 4 : 1);
   auto run = [&](int tid, int n_thr) {
@@ -825,17 +842,19 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
 /// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head).
 /// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
 /// shape or non-finite, a head outside [0, heads), N too small for one complete entry, or an
-/// output of the wrong shape. Deterministic: bitwise identical for any thread count.
+/// output of the wrong shape. Deterministic: bitwise identical for any thread count. With a
+/// workspace, its buffers are reused (no allocation once sized).
 template <class Real, class Arch = simd::default_arch>
 void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
-                   matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {}) {
+                   matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {},
+                   compress_workspace<Real>* workspace = nullptr) {
   const index_t N = x.rows(), d = x.cols();
   const index_t E = detail::validate_call(spec, p, N, d, head, opt);
   const index_t c = p.output_dim(spec, d);
   require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
   require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
   const detail::engine<Real, Arch> eng(spec, p, d, head);
-  detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt);
+  detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt, workspace);
 }
 
 /// Allocating form: returns num_entries(N) × output_dim.

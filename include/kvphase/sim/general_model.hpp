@@ -26,13 +26,12 @@
 /// the linear mean model's.
 ///
 /// Buffers: general_workspace holds every per-trial buffer (keys, projections, compressed
-/// entries); sized on first use, reused afterwards. The compressor runs single-threaded inside a
-/// trial (sweeps parallelise over trials) with compress/pool.hpp's per-entry kernel, so entries
-/// are bitwise those of compress::compress.
+/// entries); sized on first use, reused afterwards. The compressor (compress::compress_into with
+/// this workspace) runs single-threaded inside a trial (sweeps parallelise over trials); its
+/// entries are bitwise those of compress::compress.
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -40,7 +39,6 @@
 #include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
-#include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/sim/linear_model.hpp"
 #include "kvphase/sim/noise_scores.hpp"
@@ -74,9 +72,7 @@ struct general_workspace {
   std::vector<float> keys;        ///< N × d materialised keys
   std::vector<float> aux_keys;    ///< task-specific key rows (kv-pairs: the P pair keys)
   std::vector<float> blocks;      ///< key_space_keys staging
-  std::vector<float> pay, z;      ///< token projections X·W_C, X·W_Z
-  std::vector<float> scratch;     ///< per-entry kernel scratch
-  std::vector<const float*> ptrs; ///< per-entry kernel slot pointers
+  compress::compress_workspace<float> comp;  ///< the compressor's projections and scratch
   matrix_t<float> compressed;     ///< E × c entries
   std::vector<float> qc;          ///< query of the entries
 };
@@ -107,44 +103,15 @@ class general_model {
   [[nodiscard]] index_t output_dim() const noexcept { return c_; }
 
   /// Compresses K (N × d, row-major) into ws.compressed (num_entries(N) × output_dim()), bitwise
-  /// as compress::compress(spec(), params(), K) with one thread; no allocation once ws is sized.
+  /// as compress::compress(spec(), params(), K): compress_into on one thread (sweeps parallelise
+  /// over trials) with ws's reused buffers, so no allocation once ws is sized.
   void compress_keys(const float* K, index_t N, general_workspace& ws) const {
     const index_t E = spec_.grid.num_entries(N);
     require(E >= 1, "context", N, "too few tokens for one complete entry of the operator");
     if (ws.compressed.rows() != E || ws.compressed.cols() != c_) ws.compressed.resize(E, c_);
-    using Arch = simd::default_arch;
-    const compress::detail::engine<float, Arch> eng(spec_, params_, d_, 0);
-    typename compress::detail::engine<float, Arch>::rows_t R{K, d_, K, d_, nullptr, 0, 0};
-    using compress::pool_kind;
-    const bool projected = params_.w_c.size() && (spec_.pool == pool_kind::slot_gate ||
-                                                   spec_.pool == pool_kind::channel_gate ||
-                                                   spec_.pool == pool_kind::two_stream);
-    if (projected) {
-      ws.pay.resize(static_cast<std::size_t>(N * params_.w_c.cols()));
-      compress::detail::project_rows<float, Arch>(K, d_, N, d_, params_.w_c, ws.pay.data(), 1);
-      R.pay = ws.pay.data();
-      R.ldp = params_.w_c.cols();
-    } else if (spec_.pool == pool_kind::two_stream) {
-      // identity payload for both streams: [x | x]
-      ws.pay.resize(static_cast<std::size_t>(N * 2 * d_));
-      for (index_t t = 0; t < N; ++t) {
-        std::memcpy(ws.pay.data() + t * 2 * d_, K + t * d_, static_cast<std::size_t>(d_) * sizeof(float));
-        std::memcpy(ws.pay.data() + t * 2 * d_ + d_, K + t * d_, static_cast<std::size_t>(d_) * sizeof(float));
-      }
-      R.pay = ws.pay.data();
-      R.ldp = 2 * d_;
-    }
-    if (params_.w_z.size()) {
-      ws.z.resize(static_cast<std::size_t>(N * params_.w_z.cols()));
-      compress::detail::project_rows<float, Arch>(K, d_, N, d_, params_.w_z, ws.z.data(), 1);
-      R.z = ws.z.data();
-      R.ldz = params_.w_z.cols();
-    }
-    if (static_cast<index_t>(ws.scratch.size()) < eng.scratch_size) ws.scratch.resize(static_cast<std::size_t>(eng.scratch_size));
-    if (static_cast<index_t>(ws.ptrs.size()) < 3 * spec_.grid.window)
-      ws.ptrs.resize(static_cast<std::size_t>(3 * spec_.grid.window));
-    float* out = ws.compressed.data();
-    for (index_t e = 0; e < E; ++e) eng.entry(R, e, out + e * c_, false, ws.scratch.data(), ws.ptrs.data());
+    const compress::compress_options opt{.threads = 1, .stores = compress::store_mode::normal};
+    compress::compress_into<float>(spec_, params_, matrix_view<float>(K, N, d_),
+                                   matrix_mut_view<float>(ws.compressed.data(), E, c_), 0, opt, &ws.comp);
   }
 
   /// Compresses K (N × d, row-major) and fills b with the entry scores q_c·C_e and the window's
