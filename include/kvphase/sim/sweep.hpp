@@ -231,9 +231,19 @@ struct sweep_progress {
 
 namespace detail {
 
+/// A span a task writes over the noise: tokens [first, first + count) carry the key coef·v
+/// (general path: written into the materialised keys) or the score `score` (linear engines:
+/// written into the token scores, as the task computes it).
+struct planted_span {
+  index_t first = 0, count = 0;
+  const float* v = nullptr;
+  float coef = 1.0f, score = 0.0f;
+};
+
 struct trial_workspace {
   std::vector<float> s, z, pair_s, kappa, kappa_b, eps, q, codebook;
   general_workspace gen;  ///< general path: keys, projections, entries
+  std::vector<planted_span> planted;
   std::vector<std::uint32_t> codes;
   std::vector<double> code_weight;
   tasks::kv_layout layout;
@@ -287,13 +297,6 @@ inline tasks::trial_outcome needle_readout(const linear_model& m, linear_buffers
   return o;
 }
 
-/// Needle outcome for one linear model (token scores already in place; pooled into buf).
-inline tasks::trial_outcome needle_outcome(const linear_model& m, linear_buffers& buf, const float* s, const float* z,
-                                           index_t N, index_t a, index_t b, float beta, bool mass) {
-  m.pool(s, z, N, buf);
-  return needle_readout(m, buf, a, b, beta, mass);
-}
-
 }  // namespace detail
 
 /// Runs one trial (group g, trial k) and returns the outcomes of the compressed and full models.
@@ -337,24 +340,40 @@ class trial_runner {
     const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
     normal_state st = gen.state();
     const float beta = static_cast<float>(t.beta());
+    w.planted.assign({{p, t.key_span, w.kappa.data(), 1.0f, static_cast<float>(qk)},
+                      {p + t.key_span, t.value_span, w.kappa.data(), static_cast<float>(t.value_key_weight),
+                       static_cast<float>(t.value_key_weight * qk)}});
+    const linear_model& m = score_models(st, N, qn);
+    oc = detail::needle_readout(m, w.comp, p, p + t.span(), beta, c_.compute_mass);
+    of = detail::needle_readout(full_, w.full, p, p + t.span(), beta, c_.compute_mass);
+  }
+
+  /// The items of both models from the trial's noise and its planted spans (ws_.planted):
+  /// general path — materialised keys, spans written as rows, compressed by the operator; linear
+  /// engines — token scores, spans written as scores, pooled. Fills ws_.comp (compressed) and
+  /// ws_.full (full attention: the token scores) and returns the model that reads the compressed
+  /// items (their geometry and value weights).
+  const linear_model& score_models(normal_state& st, index_t N, double qn) {
+    auto& w = ws_;
+    const index_t d = c_.dim();
+    const linear_model* m = &comp_;
     if (c_.general()) {
       float* K = noise_keys(st, N);
-      for (index_t i = 0; i < t.span(); ++i)
-        plant_row(K + (p + i) * d, w.kappa.data(), i < t.key_span ? 1.0f : static_cast<float>(t.value_key_weight));
+      for (const auto& r : w.planted)
+        for (index_t i = 0; i < r.count; ++i) plant_row(K + (r.first + i) * d, r.v, r.coef);
       key_scores(N);
-      oc = detail::needle_readout(general_items(N), w.comp, p, p + t.span(), beta, c_.compute_mass);
-      of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
-      return;
+      m = &general_items(N);
+    } else {
+      w.s.resize(static_cast<std::size_t>(N));
+      detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
+      normal_generator rest(st);
+      content(rest, N);
+      for (const auto& r : w.planted)
+        for (index_t i = 0; i < r.count; ++i) w.s[static_cast<std::size_t>(r.first + i)] = r.score;
+      comp_.pool(w.s.data(), w.z.data(), N, w.comp);
     }
-    w.s.resize(static_cast<std::size_t>(N));
-    detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
-    normal_generator rest(st);
-    content(rest, N);
-    for (index_t i = 0; i < t.key_span; ++i) w.s[static_cast<std::size_t>(p + i)] = static_cast<float>(qk);
-    for (index_t i = 0; i < t.value_span; ++i)
-      w.s[static_cast<std::size_t>(p + t.key_span + i)] = static_cast<float>(t.value_key_weight * qk);
-    oc = detail::needle_outcome(comp_, w.comp, w.s.data(), w.z.data(), N, p, p + t.span(), beta, c_.compute_mass);
-    of = detail::needle_outcome(full_, w.full, w.s.data(), nullptr, N, p, p + t.span(), beta, c_.compute_mass);
+    full_.pool(w.s.data(), nullptr, N, w.full);
+    return *m;
   }
 
   // ---- general path (operators not linear in the keys): materialised keys ----------------------
@@ -411,43 +430,31 @@ class trial_runner {
       w.codes[static_cast<std::size_t>(j)] = static_cast<std::uint32_t>(
           tasks::hashed_below(code_key, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(C)));
     const float beta = static_cast<float>(t.beta());
+    // pair j: its key vector κ_j (general path: the P keys the key engine draws for the pair
+    // scores; the target's is κ) or its score q·κ_j (linear engines)
+    const float cv = static_cast<float>(t.value_key_weight);
+    const float* pk = nullptr;
     if (c_.general()) {
-      // pair keys κ_j: the P keys the key engine draws for the pair scores (the target's is κ)
-      auto& pk = w.gen.aux_keys;
-      pk.resize(static_cast<std::size_t>(P * d));
-      key_space_keys(st, d, pk.data(), P, w.gen.blocks);
-      plant_row(pk.data() + w.layout.target * d, w.kappa.data(), 1.0f);
-      float* K = noise_keys(st, N);
-      const float cv = static_cast<float>(t.value_key_weight);
-      for (index_t j = 0; j < P; ++j) {
-        const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
-        const float* kj = pk.data() + j * d;
-        for (index_t i = 0; i < t.key_span; ++i) plant_row(K + (st0 + i) * d, kj, 1.0f);
-        for (index_t i = 0; i < t.value_span; ++i) plant_row(K + (st0 + t.key_span + i) * d, kj, cv);
-      }
-      key_scores(N);
-      oc = kv_readout(general_items(N), w.comp, beta);
-      full_.pool(w.s.data(), nullptr, N, w.full);
-      of = kv_readout(full_, w.full, beta);
-      return;
+      auto& keys = w.gen.aux_keys;
+      keys.resize(static_cast<std::size_t>(P * d));
+      key_space_keys(st, d, keys.data(), P, w.gen.blocks);
+      plant_row(keys.data() + w.layout.target * d, w.kappa.data(), 1.0f);
+      pk = keys.data();
+    } else {
+      w.pair_s.resize(static_cast<std::size_t>(P));
+      detail::noise(c_.engine, st, w.q.data(), d, qn, w.pair_s.data(), P);
+      w.pair_s[static_cast<std::size_t>(w.layout.target)] = static_cast<float>(qk);
     }
-    w.pair_s.resize(static_cast<std::size_t>(P));
-    detail::noise(c_.engine, st, w.q.data(), d, qn, w.pair_s.data(), P);
-    w.pair_s[static_cast<std::size_t>(w.layout.target)] = static_cast<float>(qk);
-    w.s.resize(static_cast<std::size_t>(N));
-    detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
-    normal_generator rest(st);
-    content(rest, N);
+    w.planted.clear();
     for (index_t j = 0; j < P; ++j) {
       const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
-      const float sj = w.pair_s[static_cast<std::size_t>(j)];
-      for (index_t i = 0; i < t.key_span; ++i) w.s[static_cast<std::size_t>(st0 + i)] = sj;
-      const float sv = static_cast<float>(t.value_key_weight) * sj;
-      for (index_t i = 0; i < t.value_span; ++i) w.s[static_cast<std::size_t>(st0 + t.key_span + i)] = sv;
+      const float* kj = pk ? pk + j * d : nullptr;
+      const float sj = pk ? 0.0f : w.pair_s[static_cast<std::size_t>(j)];
+      w.planted.push_back({st0, t.key_span, kj, 1.0f, sj});
+      w.planted.push_back({st0 + t.key_span, t.value_span, kj, cv, cv * sj});
     }
-    comp_.pool(w.s.data(), w.z.data(), N, w.comp);
-    oc = kv_readout(comp_, w.comp, beta);
-    full_.pool(w.s.data(), nullptr, N, w.full);
+    const linear_model& m = score_models(st, N, qn);
+    oc = kv_readout(m, w.comp, beta);
     of = kv_readout(full_, w.full, beta);
   }
 
@@ -518,25 +525,10 @@ class trial_runner {
       o.mass = ma;
       return o;
     };
-    if (c_.general()) {
-      float* K = noise_keys(st, N);
-      for (index_t i = 0; i < t.span_a; ++i) plant_row(K + (a0 + i) * d, w.kappa.data(), 1.0f);
-      for (index_t i = 0; i < t.span_b; ++i) plant_row(K + (b0 + i) * d, w.kappa_b.data(), 1.0f);
-      key_scores(N);
-      oc = readout(general_items(N), w.comp);
-      full_.pool(w.s.data(), nullptr, N, w.full);
-      of = readout(full_, w.full);
-      return;
-    }
-    w.s.resize(static_cast<std::size_t>(N));
-    detail::noise(c_.engine, st, w.q.data(), d, qn, w.s.data(), N);
-    normal_generator rest(st);
-    content(rest, N);
-    for (index_t i = 0; i < t.span_a; ++i) w.s[static_cast<std::size_t>(a0 + i)] = static_cast<float>(sa);
-    for (index_t i = 0; i < t.span_b; ++i) w.s[static_cast<std::size_t>(b0 + i)] = static_cast<float>(sb);
-    comp_.pool(w.s.data(), w.z.data(), N, w.comp);
-    oc = readout(comp_, w.comp);
-    full_.pool(w.s.data(), nullptr, N, w.full);
+    w.planted.assign({{a0, t.span_a, w.kappa.data(), 1.0f, static_cast<float>(sa)},
+                      {b0, t.span_b, w.kappa_b.data(), 1.0f, static_cast<float>(sb)}});
+    const linear_model& m = score_models(st, N, qn);
+    oc = readout(m, w.comp);
     of = readout(full_, w.full);
   }
 
