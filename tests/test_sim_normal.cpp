@@ -264,9 +264,10 @@ TEST_CASE("normal generator: native AVX-512 transform and next2 give the generic
 }
 
 TEST_CASE("normal generator: every word maps to the same normals on every path (exhaustive)", "[sim][normal]") {
-  // All 2^23 radius inputs (low 23 bits of w1) and all 2^23 angle inputs in each of the four
-  // quadrants (bits 30, 31 of w2): the native transform, the generic xsimd transform and the scalar
-  // reference agree bitwise where the fma is fused, and the range reduction u1 = m·2^e is exact.
+  // All 2^23 radius inputs (low 23 bits of w1) and all 2^23 angle inputs (low 23 bits of w2),
+  // the quadrant bits 30, 31 of w2 cycling through all four across lanes: the native transform,
+  // the generic xsimd transform and the scalar reference agree bitwise where the fma is fused
+  // (so the native range reduction u1 = m·2^e equals the generic path's exact one).
   simd::for_each_arch([&](auto arch) {
     using Arch = decltype(arch);
     if constexpr (!simd::is_scalar_v<Arch>) {
