@@ -19,6 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
+
 #include "sweep_common.hpp"
 
 #include <chrono>
@@ -74,14 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (0: all cores); results do not depend on it");
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--out", out, "output directory")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "demo: " << e.what() << "\n";
-    return 2;
-  }
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "demo")) return *status;
   try {
     kvphase::require(trials >= 10, "trials", trials, "must be >= 10");
     const sim::sweep_config c = demo_config(trials, threads, seed);

@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
+
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
 
@@ -29,14 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--format", format, "csv or json (default: from --out's extension, else the first input's)")
       ->check(CLI::IsMember({"csv", "json"}));
   app.add_flag("--allow-mixed-builds", allow_mixed, "accept shards built from different versions or git hashes");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "kvphase-merge: " << e.what() << "\n(run kvphase-merge --help for usage)\n";
-    return 2;
-  }
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-merge")) return *status;
   try {
     std::vector<kvphase::io::sweep_result> shards;
     bool first_is_json = false;

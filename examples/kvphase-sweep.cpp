@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
+
 #include <kvphase/compress/presets.hpp>
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
@@ -274,14 +276,7 @@ int main(int argc, char** argv) {
   app.add_option("--out,-o", o.out, "output file (default: standard output)");
   app.add_flag("--theory", o.theory, "add a theory column with the predicted recall per phase");
   app.add_flag("--quiet,-q", o.quiet, "no progress on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "kvphase-sweep: " << e.what() << "\n(run kvphase-sweep --help for usage)\n";
-    return 2;
-  }
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-sweep")) return *status;
   try {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
     kvphase::require(o.format == "csv" || o.format == "json", "format", o.format, "must be csv or json");

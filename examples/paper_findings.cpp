@@ -13,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
+
 #include <kvphase/compress/spec.hpp>
 #include <kvphase/io/sweep_format.hpp>
 #include <kvphase/sim/sweep.hpp>
@@ -463,14 +465,7 @@ int main(int argc, char** argv) {
   app.add_option("--out,-o", o.out, "directory for the CSV and JSON files")->capture_default_str();
   app.add_option("--threads", o.threads, "threads (0: all cores); results do not depend on it");
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "paper_findings: " << e.what() << "\n(run paper_findings --help for usage)\n";
-    return 2;
-  }
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "paper_findings")) return *status;
   o.argc = argc;
   o.argv = argv;
   try {

@@ -141,3 +141,13 @@ add_test(NAME example.sweep_determinism_general_kv-pairs
           -DDIR=${CMAKE_CURRENT_BINARY_DIR}/sweep_determinism_general_kv-pairs
           -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_determinism_check.cmake)
 set_tests_properties(example.sweep_determinism_general_kv-pairs PROPERTIES LABELS "example;sim")
+# Every program exits 2 (not CLI11's own 100+ codes) on an unknown flag or a value that does not
+# convert, with a message naming it (examples/cli_common.hpp).
+foreach(_prog kvphase-sweep kvphase-merge demo paper_findings train_phase)
+  add_test(NAME example.bad_flag_exit_2.${_prog}
+    COMMAND sh -c "\"$0\" --no-such-flag; test $? -eq 2" $<TARGET_FILE:${_prog}>)
+  set_tests_properties(example.bad_flag_exit_2.${_prog} PROPERTIES LABELS "example")
+endforeach()
+add_test(NAME example.bad_value_exit_2.kvphase-sweep
+  COMMAND sh -c "\"$0\" --window abc; test $? -eq 2" $<TARGET_FILE:kvphase-sweep>)
+set_tests_properties(example.bad_value_exit_2.kvphase-sweep PROPERTIES LABELS "example")

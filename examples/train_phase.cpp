@@ -8,6 +8,8 @@
 //   train_phase --quick              seconds: a small task, plain + full attention, 1 seed
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", out_dir, "output directory")->capture_default_str();
   app.add_flag("--quick", quick, "short run for tests: small task, plain and full_attention, 1 seed");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "train_phase")) return *status;
 
   try {
     if (quick) {

@@ -22,6 +22,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../examples/cli_common.hpp"
+
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/theory/gaussian.hpp"
 #include "kvphase/theory/theory.hpp"
@@ -187,7 +189,7 @@ int main(int argc, char** argv) {
   window->add_option("--raw-window", raw_window, "raw window length");
 
   try {
-    CLI11_PARSE(app, argc, argv);
+    if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-theory")) return *status;
     if (recall->parsed()) {
       const auto spec = c.spec();
       const auto m = c.model();
