@@ -217,12 +217,13 @@ TEST_CASE("normal generator: keyed by (seed, stream), reproducible, block-granul
 
 TEST_CASE("normal generator: native AVX-512 transform and next2 give the generic stream bitwise", "[sim][normal]") {
   // The intrinsics path (getexp/getmant reduction, mask blends, ternary-logic signs) computes the
-  // same values as the generic xsimd path; next2 is next twice. Both hold exactly on every arch.
+  // same values as the generic xsimd path; next2 — returning two blocks or handing them to a
+  // consumer — is next twice. All hold exactly on every arch.
   const auto st = sim::seed_normal_state(31, 4);
   simd::for_each_arch([&](auto arch) {
     using Arch = decltype(arch);
     INFO("arch " << simd::arch_name<Arch>());
-    const index_t nb = 4096;
+    const index_t nb = 6 * 683;
     const auto generic = [&] {
       sim::normal_engine<Arch, false> e(st);
       typename sim::normal_engine<Arch, false>::block_type blk;
@@ -249,10 +250,16 @@ TEST_CASE("normal generator: native AVX-512 transform and next2 give the generic
           for (std::size_t l = 0; l < x.size; ++l) got.push_back(x.get(l));
       }
     };
-    for (index_t i = 0; i < nb; i += 4) {  // next2, next, next
+    for (index_t i = 0; i < nb; i += 6) {  // next2, next2(consume), next, next
       e.next2(a, b);
       append(a);
       append(b);
+      int calls = 0;
+      e.next2([&](const auto& blk) {
+        append(blk);
+        ++calls;
+      });
+      CHECK(calls == 2);
       e.next(a);
       append(a);
       e.next(b);

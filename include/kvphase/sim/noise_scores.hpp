@@ -29,6 +29,31 @@ constexpr index_t key_space_normals(index_t n, index_t d) noexcept {
   return ((n + normal_lanes - 1) / normal_lanes) * ((d + 1) / 2) * normal_block;
 }
 
+namespace detail {
+/// The channels of a 16-token group after the paired loop: one more pair (⌊d/2⌋ odd) and the
+/// last channel (d odd). Out of line so the paired loop keeps the generator state in registers.
+template <class Arch, class Acc>
+[[gnu::noinline]] void key_space_tail(normal_engine<Arch>& eng, const float* q, index_t d, index_t i, Acc& acc) noexcept {
+  using B = xsimd::batch<float, Arch>;
+  constexpr index_t sub = normal_engine<Arch>::sub;
+  typename normal_engine<Arch>::block_type blk;
+  if (i < d / 2) {
+    eng.next(blk);
+    const B q0(q[2 * i]), q1(q[2 * i + 1]);
+    for (index_t k = 0; k < sub; ++k) {
+      acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+      acc[static_cast<std::size_t>(k)] = simd::fma(q1, blk[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
+    }
+  }
+  if (d % 2 != 0) {
+    eng.next(blk);
+    const B q0(q[d - 1]);
+    for (index_t k = 0; k < sub; ++k)
+      acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+  }
+}
+}  // namespace detail
+
 /// out[t] = q·x_t for n fresh noise keys x_t ~ N(0, I_d) (q: d floats). Scalar path = reference
 /// with the same operation order (fma per channel, channels in order).
 template <class Arch = simd::default_arch>
@@ -59,7 +84,6 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
     using B = xsimd::batch<float, Arch>;
     constexpr index_t L = normal_engine<Arch>::L;
     constexpr index_t sub = normal_engine<Arch>::sub;
-    typename normal_engine<Arch>::block_type blk2;
     for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
       std::array<B, sub> acc;
       for (auto& a : acc) a = B(0.0f);
@@ -75,20 +99,11 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
       };
       index_t i = 0;
       for (; i + 2 <= pairs; i += 2) {
-        eng.next2(blk, blk2);
-        accumulate(blk, i);
-        accumulate(blk2, i + 1);
+        index_t c = i;
+        eng.next2([&](const typename normal_engine<Arch>::block_type& b) { accumulate(b, c++); });
       }
-      if (i < pairs) {
-        eng.next(blk);
-        accumulate(blk, i);
-      }
-      if (odd) {
-        eng.next(blk);
-        const B q0(q[d - 1]);
-        for (index_t k = 0; k < sub; ++k)
-          acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
-      }
+      if (i < pairs || odd) [[unlikely]]
+        detail::key_space_tail(eng, q, d, i, acc);
       if (t0 + normal_lanes <= n) {
         for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_unaligned(out + t0 + k * L);
       } else {

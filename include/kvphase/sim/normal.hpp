@@ -229,11 +229,62 @@ class normal_engine {
     next(b);
   }
 
+  /// Next two blocks handed to consume(block) in stream order: the same calls as
+  /// next(a); consume(a); next(b); consume(b). On the native AVX-512 path the order is
+  /// step a, radius a, step b, radius b, then each block's angle stage followed by its consumer:
+  /// a fused loop (generate → FMA into accumulators) then never holds two finished blocks, and
+  /// the long radius chains start as early as their words exist. (Timed in the key-space loop,
+  /// this order ran ~2 % faster than next2(a, b) followed by two consumer calls; for plain
+  /// buffer filling next2(a, b) was as fast or faster.)
+  template <class Consume>
+  inline void next2(Consume&& consume) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (native512) {
+      std::array<batch_u, nb> oa, ob;
+      step(oa);
+      const __m512 ra = radius512(oa[0]);
+      step(ob);
+      const __m512 rb = radius512(ob[0]);
+      block_type blk;
+      __m512 c, s;
+      angle512(ra, oa[1], c, s);
+      blk[0] = c;
+      blk[1] = s;
+      consume(static_cast<const block_type&>(blk));
+      angle512(rb, ob[1], c, s);
+      blk[0] = c;
+      blk[1] = s;
+      consume(static_cast<const block_type&>(blk));
+      return;
+    }
+#endif
+    block_type blk;
+    next(blk);
+    consume(static_cast<const block_type&>(blk));
+    next(blk);
+    consume(static_cast<const block_type&>(blk));
+  }
+
  private:
   static constexpr bool native512 = Native && sizeof(batch_f) == 64;
 
   /// One xoshiro256++ step of all lanes; o receives the outputs.
   inline void step(std::array<batch_u, nb>& o) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (native512) {
+      // the same step with the xor pairs fused into vpternlogq (truth table 0x96 = a ^ b ^ c)
+      for (index_t b = 0; b < nb; ++b) {
+        const __m512i s0 = s_[0][b], s1 = s_[1][b], s2 = s_[2][b], s3 = s_[3][b];
+        o[b] = _mm512_add_epi64(_mm512_rol_epi64(_mm512_add_epi64(s0, s3), 23), s0);
+        const __m512i n3 = _mm512_xor_si512(s3, s1);
+        s_[1][b] = _mm512_ternarylogic_epi64(s1, s2, s0, 0x96);
+        s_[0][b] = _mm512_xor_si512(s0, n3);
+        s_[2][b] = _mm512_ternarylogic_epi64(s2, s0, _mm512_slli_epi64(s1, 17), 0x96);
+        s_[3][b] = _mm512_rol_epi64(n3, 45);
+      }
+      return;
+    }
+#endif
     for (index_t b = 0; b < nb; ++b) {
       const batch_u s0 = s_[0][b], s1 = s_[1][b], s2 = s_[2][b], s3 = s_[3][b];
       o[b] = rotl<23>(s0 + s3) + s0;
@@ -256,42 +307,47 @@ class normal_engine {
   template <int K>
   static inline void transform512(const __m512i (&w1)[K], const __m512i (&w2)[K], __m512 (&zc)[K],
                                   __m512 (&zs)[K]) noexcept {
+    __m512 r[K];
+    for (int k = 0; k < K; ++k) r[k] = radius512(w1[k]);
+    for (int k = 0; k < K; ++k) angle512(r[k], w2[k], zc[k], zs[k]);
+  }
+
+  /// r = √(−2 ln u1) of the u1 words.
+  static inline __m512 radius512(const __m512i w1) noexcept {
     const __m512i mant = _mm512_set1_epi32(static_cast<int>(detail::mant_mask));
     const __m512i one = _mm512_set1_epi32(static_cast<int>(detail::one_bits));
-    __m512 f[K], e[K], q[K], r[K];
-    for (int k = 0; k < K; ++k) {
-      // (w & mant) | one: truth table (0xF0 & 0xCC) | 0xAA = 0xEA
-      const __m512 u1 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w1[k], mant, one, 0xEA)),
-                                      _mm512_set1_ps(detail::one_minus_half_ulp));
-      f[k] = _mm512_sub_ps(_mm512_getmant_ps(u1, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_src), _mm512_set1_ps(1.0f));
-      e[k] = _mm512_getexp_ps(_mm512_mul_ps(u1, _mm512_set1_ps(detail::four_thirds_f)));
-      q[k] = _mm512_set1_ps(detail::q_ln[0]);
-    }
-    for (int i = 1; i < 8; ++i)
-      for (int k = 0; k < K; ++k) q[k] = _mm512_fmadd_ps(q[k], f[k], _mm512_set1_ps(detail::q_ln[i]));
-    for (int k = 0; k < K; ++k)
-      r[k] = _mm512_sqrt_ps(_mm512_fmadd_ps(f[k], q[k], _mm512_mul_ps(e[k], _mm512_set1_ps(detail::minus_two_ln2_f))));
-    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-    const __m512i bit30 = _mm512_set1_epi32(0x40000000);
-    for (int k = 0; k < K; ++k) {
-      const __m512 x = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w2[k], mant, one, 0xEA)),
-                                       _mm512_set1_ps(detail::half_pi_f), _mm512_set1_ps(detail::minus_three_quarter_pi_f));
-      const __m512 x2 = _mm512_mul_ps(x, x);
-      const __m512 sp = _mm512_fmadd_ps(
-          _mm512_fmadd_ps(_mm512_set1_ps(detail::sin_c[2]), x2, _mm512_set1_ps(detail::sin_c[1])), x2,
-          _mm512_set1_ps(detail::sin_c[0]));
-      const __m512 sn = _mm512_fmadd_ps(_mm512_mul_ps(x2, x), sp, x);
-      const __m512 cp = _mm512_fmadd_ps(
-          _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(detail::cos_c[2]), x2, _mm512_set1_ps(detail::cos_c[1])), x2,
-                          _mm512_set1_ps(detail::cos_c[0])),
-          x2, _mm512_set1_ps(-0.5f));
-      const __m512 cs = _mm512_fmadd_ps(cp, x2, _mm512_set1_ps(1.0f));
-      const __mmask16 swap = _mm512_test_epi32_mask(w2[k], bit30);
-      // r ^ (w2 & sign): truth table 0xF0 ^ (0xCC & 0xAA) = 0x78
-      const __m512 rs = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(r[k]), w2[k], sign, 0x78));
-      zc[k] = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, cs, sn));
-      zs[k] = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, sn, cs));
-    }
+    // (w & mant) | one: truth table (0xF0 & 0xCC) | 0xAA = 0xEA
+    const __m512 u1 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w1, mant, one, 0xEA)),
+                                    _mm512_set1_ps(detail::one_minus_half_ulp));
+    const __m512 f = _mm512_sub_ps(_mm512_getmant_ps(u1, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_src), _mm512_set1_ps(1.0f));
+    const __m512 e = _mm512_getexp_ps(_mm512_mul_ps(u1, _mm512_set1_ps(detail::four_thirds_f)));
+    __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(detail::q_ln[0]), f, _mm512_set1_ps(detail::q_ln[1]));
+    for (int i = 2; i < 8; ++i) q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(detail::q_ln[i]));
+    return _mm512_sqrt_ps(_mm512_fmadd_ps(f, q, _mm512_mul_ps(e, _mm512_set1_ps(detail::minus_two_ln2_f))));
+  }
+
+  /// (r cos θ, r sin θ) with θ from the u2 words.
+  static inline void angle512(const __m512 r, const __m512i w2, __m512& zc, __m512& zs) noexcept {
+    const __m512i mant = _mm512_set1_epi32(static_cast<int>(detail::mant_mask));
+    const __m512i one = _mm512_set1_epi32(static_cast<int>(detail::one_bits));
+    const __m512 x = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_ternarylogic_epi32(w2, mant, one, 0xEA)),
+                                     _mm512_set1_ps(detail::half_pi_f), _mm512_set1_ps(detail::minus_three_quarter_pi_f));
+    const __m512 x2 = _mm512_mul_ps(x, x);
+    const __m512 sp = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_set1_ps(detail::sin_c[2]), x2, _mm512_set1_ps(detail::sin_c[1])), x2,
+        _mm512_set1_ps(detail::sin_c[0]));
+    const __m512 sn = _mm512_fmadd_ps(_mm512_mul_ps(x2, x), sp, x);
+    const __m512 cp = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(detail::cos_c[2]), x2, _mm512_set1_ps(detail::cos_c[1])), x2,
+                        _mm512_set1_ps(detail::cos_c[0])),
+        x2, _mm512_set1_ps(-0.5f));
+    const __m512 cs = _mm512_fmadd_ps(cp, x2, _mm512_set1_ps(1.0f));
+    const __mmask16 swap = _mm512_test_epi32_mask(w2, _mm512_set1_epi32(0x40000000));
+    // r ^ (w2 & sign): truth table 0xF0 ^ (0xCC & 0xAA) = 0x78
+    const __m512 rs = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(r), w2,
+                                                                    _mm512_set1_epi32(static_cast<int>(0x80000000u)), 0x78));
+    zc = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, cs, sn));
+    zs = _mm512_mul_ps(rs, _mm512_mask_blend_ps(swap, sn, cs));
   }
 #endif
 
@@ -378,6 +434,14 @@ class normal_engine<simd::scalar, Native> {
   void next2(block_type& a, block_type& b) noexcept {
     next(a);
     next(b);
+  }
+  template <class Consume>
+  void next2(Consume&& consume) noexcept {
+    block_type blk;
+    next(blk);
+    consume(static_cast<const block_type&>(blk));
+    next(blk);
+    consume(static_cast<const block_type&>(blk));
   }
 
  private:
