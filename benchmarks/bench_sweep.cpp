@@ -32,27 +32,31 @@ namespace {
 using kvphase::index_t;
 namespace sim = kvphase::sim;
 
-/// Median normals/s of the generator on `threads` threads (private 128 KiB buffers, warm).
-double generator_rate(int threads, double seconds = 0.05) {
+/// Median over `repeats` of the generator's normals/s on `threads` threads (private 128 KiB
+/// buffers, warm): the sum of every thread's own rate over its timed loop, so buffer set-up and
+/// thread start-up are not counted against the generator.
+double generator_rate(int threads, double seconds = 0.05, int repeats = 5) {
   const index_t n = 32768;
   std::vector<double> reps;
-  for (int r = 0; r < 5; ++r) {
-    std::int64_t total = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : total)
+  for (int r = 0; r < repeats; ++r) {
+    double rate = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : rate)
     {
       std::vector<float> buf(static_cast<std::size_t>(n));
       sim::normal_generator g(1, static_cast<std::uint64_t>(omp_get_thread_num()));
       g.fill(buf.data(), n);  // touch
+      std::int64_t count = 0;
       const auto start = std::chrono::steady_clock::now();
-      while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+      double el = 0;
+      while ((el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) < seconds) {
         for (int k = 0; k < 16; ++k) g.fill(buf.data(), n);
-        total += 16 * n;
+        count += 16 * n;
       }
+      el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      rate += static_cast<double>(count) / el;
       kvphase::bench::keep(buf[7]);
     }
-    reps.push_back(static_cast<double>(total) /
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    reps.push_back(rate);
   }
   return kvphase::bench::median(reps);
 }
@@ -154,32 +158,40 @@ sim::sweep_config needle_config(index_t N, sim::engine_kind e, int threads, inde
   return c;
 }
 
-/// fresh_rate: measure the generator right before and after the timed trials and use the mean,
-/// so gen_frac compares rates taken under the same machine load (the machine may be shared);
-/// smoke runs use the cached rate.
+/// fresh_rate: after every timed sweep, the generator runs on the same threads for ~1/4 of the
+/// sweep's time, so the two rates are sampled alternately under the same clock and load (this VM's
+/// clock moves by ±20 % within seconds); gen_frac is the ratio of the two aggregate rates.
+/// Smoke runs use the cached rate.
 void run_trials(benchmark::State& state, index_t N, sim::engine_kind e, index_t trials_per_group,
                 bool fresh_rate = true) {
   const int threads = static_cast<int>(state.range(0));
-  double gen = fresh_rate ? generator_rate(threads) : cached_generator_rate(threads);
   auto c = needle_config(N, e, threads, trials_per_group);
   std::int64_t trials = 0;
   std::uint64_t seed = 1;
-  const auto t0 = std::chrono::steady_clock::now();
+  double secs = 0, gen_sum = 0, gen_secs = 0;
   for (auto _ : state) {
     c.seed = seed++;
+    const auto t0 = std::chrono::steady_clock::now();
     const auto r = sim::run_sweep(c);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(dt);
+    secs += dt;
     trials += r.total_trials();
     benchmark::DoNotOptimize(r.compressed.data());
+    if (fresh_rate) {
+      const double g = generator_rate(threads, dt / 4, 1);
+      gen_sum += g * dt / 4;
+      gen_secs += dt / 4;
+    }
   }
+  const double gen = fresh_rate ? gen_sum / gen_secs : cached_generator_rate(threads);
   // normals per trial: the query key (⌈d/32⌉ blocks) and the noise keys or scores
   const index_t d = c.needle.dim;
   const double normals = static_cast<double>(((d + 31) / 32) * 32) +
                          (e == sim::engine_kind::key ? static_cast<double>(sim::key_space_normals(N, d))
                                                      : static_cast<double>(((N + 31) / 32) * 32));
-  state.counters["trials_per_s"] = benchmark::Counter(static_cast<double>(trials), benchmark::Counter::kIsRate);
+  state.counters["trials_per_s"] = static_cast<double>(trials) / secs;
   state.counters["normals_per_trial"] = normals;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (fresh_rate) gen = 0.5 * (gen + generator_rate(threads));
   state.counters["gen_normals_per_s"] = gen;
   state.counters["gen_frac"] = static_cast<double>(trials) * normals / secs / gen;
   state.SetItemsProcessed(trials);
@@ -202,10 +214,10 @@ void BM_generator_smoke(benchmark::State& state) {
 
 BENCHMARK(BM_generator)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_generator_variants)->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_key_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_score_space)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_key_space_smoke)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_score_space_smoke)->ArgName("threads")->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_key_space)->ArgName("threads")->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_score_space)->ArgName("threads")->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_key_space_smoke)->ArgName("threads")->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_score_space_smoke)->ArgName("threads")->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_generator_smoke)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -146,6 +146,63 @@ TEST_CASE("linear model: pooled scores equal q · compressed keys of the compres
   CHECK_THROWS_WITH(sim::linear_model(mx, 0), Catch::Contains("pool") && Catch::Contains("max"));
 }
 
+TEST_CASE("linear model: vectorised pooling equals fmas in slot order on every SIMD path", "[sim][linear][kernel]") {
+  // Strides 1, 2, 4 take the permute path on 512-bit batches, 3, 5, 8 the gather; windows
+  // W = S, S + 1, 2S; the token buffer holds exactly N floats and N runs over 16·S + 2
+  // consecutive values, so the last permute batch ends on every offset from the buffer's end (the
+  // sanitizer build checks that no path reads past it) and a scalar tail of every length occurs.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  for (const index_t S : {1, 2, 3, 4, 5, 8}) {
+    for (const index_t W : {S, S + 1, 2 * S}) {
+      for (index_t extra = 0; extra < 16 * S + 2; ++extra) {
+        const index_t origin = extra % S;
+        const index_t N = 16 * S * 3 + W + extra;
+        compress::operator_spec spec{.grid = {.window = W, .stride = S, .origin = origin},
+                                     .pool = compress::pool_kind::weights};
+        spec.slot_weights.resize(static_cast<std::size_t>(W));
+        for (auto& v : spec.slot_weights) v = std::abs(nd(rng)) + 0.1;
+        const sim::linear_model m(spec, 0);
+        const sim::linear_buffers unused;
+        std::vector<float> s(static_cast<std::size_t>(N));
+        for (auto& v : s) v = nd(rng);
+        const index_t E = spec.grid.num_entries(N);
+        index_t e0 = 0;
+        while (e0 < E && spec.grid.sources(e0).first < 0) ++e0;
+        REQUIRE(E - e0 >= 32);
+        const index_t f0 = spec.grid.sources(e0).first - e0 * S;
+        // reference: the documented order, fma per slot, in float
+        std::vector<float> ref(static_cast<std::size_t>(E), 0.0f), absref(static_cast<std::size_t>(E), 0.0f);
+        for (index_t e = e0; e < E; ++e) {
+          float acc = 0, mag = 0;
+          for (index_t r = 0; r < W; ++r) {
+            const float wr = m.weight(unused, e, r);
+            acc = std::fma(wr, s[static_cast<std::size_t>(f0 + e * S + r)], acc);
+            mag += std::abs(wr * s[static_cast<std::size_t>(f0 + e * S + r)]);
+          }
+          ref[static_cast<std::size_t>(e)] = acc;
+          absref[static_cast<std::size_t>(e)] = mag;
+        }
+        simd::for_each_arch([&](auto arch) {
+          using Arch = decltype(arch);
+          INFO("arch " << simd::arch_name<Arch>() << " S " << S << " W " << W << " N " << N << " origin " << origin);
+          std::vector<float> es(static_cast<std::size_t>(E), -1.0f);
+          m.pool_unmasked<Arch>(s.data(), N, es.data(), e0, E, f0);
+          for (index_t e = e0; e < E; ++e) {
+            if constexpr (simd::is_scalar_v<Arch> || sim::detail::fused_fma_v<Arch>) {
+              CHECK(es[static_cast<std::size_t>(e)] == ref[static_cast<std::size_t>(e)]);
+            } else {
+              const double bound = kvphase::test::rel_bound<float>(2.0 * W + 2) * absref[static_cast<std::size_t>(e)];
+              CHECK(std::abs(es[static_cast<std::size_t>(e)] - ref[static_cast<std::size_t>(e)]) <= bound);
+            }
+          }
+          for (index_t e = 0; e < e0; ++e) CHECK(es[static_cast<std::size_t>(e)] == -1.0f);
+        });
+      }
+    }
+  }
+}
+
 TEST_CASE("needle placement: residue matched, absolute positions matched across groups", "[sim][tasks]") {
   tasks::needle_config c{.context = 4096, .dim = 8, .key_span = 2, .value_span = 1};
   const index_t M = 8, reserve = 20;

@@ -117,7 +117,7 @@ class linear_model {
         for (index_t r = m; r < W_; ++r) acc = std::fma(w[r], s[f + r], acc);
         es[e] = acc;
       }
-      if (e < E) pool_unmasked(s, es, e, E, grid_.sources(e).first - e * grid_.stride);
+      if (e < E) pool_unmasked(s, N, es, e, E, grid_.sources(e).first - e * grid_.stride);
     } else {
       if (static_cast<index_t>(b.weight.size()) < E * W_) b.weight.resize(static_cast<std::size_t>(E * W_));
       for (index_t e = 0; e < E; ++e) {
@@ -146,11 +146,14 @@ class linear_model {
     std::copy(s + N - nw, s + N, es + E);
   }
 
-  /// es[e] = Σ_r w_r·s[f0 + e·S + r] for e ∈ [e0, E) (no masked slot): fmas in slot order,
-  /// vectorised across entries (gathers at stride S); every lane and the scalar tail round alike
-  /// where the arch's fma is fused.
+  /// es[e] = Σ_r w_r·s[f0 + e·S + r] for e ∈ [e0, E) (no masked slot; s holds n tokens): fmas in
+  /// slot order, vectorised across entries. Slot r of 16 consecutive entries is a stride-S slice;
+  /// on 512-bit batches with S ≤ 4 it is taken from contiguous loads by one or two two-table
+  /// permutes (S = 4: lanes 0–7 and 8–15 from two pairs of vectors, joined by a blend), elsewhere by
+  /// a gather. Only the data movement differs: every lane and the scalar tail round alike where
+  /// the arch's fma is fused, and no path reads a token outside [0, n).
   template <class Arch = simd::default_arch>
-  void pool_unmasked(const float* s, float* es, index_t e0, index_t E, index_t f0) const noexcept {
+  void pool_unmasked(const float* s, index_t n, float* es, index_t e0, index_t E, index_t f0) const noexcept {
     const index_t S = grid_.stride;
     const float* w = fixed_.data();
     index_t e = e0;
@@ -158,6 +161,29 @@ class linear_model {
       using B = xsimd::batch<float, Arch>;
       using BI = xsimd::batch<std::int32_t, Arch>;
       constexpr index_t L = static_cast<index_t>(B::size);
+#if defined(__AVX512F__)
+      if constexpr (L == 16) {
+        if (S <= 4 && S != 3) {
+          // lane l of slot r is element l·S of the 16·S floats from base + r
+          const __m512i idx = S == 2 ? _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+                                     : _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+          const auto slice = [&](const float* p) {
+            if (S == 1) return _mm512_loadu_ps(p);
+            if (S == 2) return _mm512_permutex2var_ps(_mm512_loadu_ps(p), idx, _mm512_loadu_ps(p + 16));
+            const __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(p), idx, _mm512_loadu_ps(p + 16));
+            const __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32), idx, _mm512_loadu_ps(p + 48));
+            return _mm512_mask_blend_ps(0xFF00, lo, hi);
+          };
+          // the loads of slot W − 1 reach base + W − 1 + 16·S − 1
+          for (; e + L <= E && f0 + e * S + W_ + 16 * S - 2 < n; e += L) {
+            const float* base = s + f0 + e * S;
+            __m512 acc = _mm512_setzero_ps();
+            for (index_t r = 0; r < W_; ++r) acc = _mm512_fmadd_ps(_mm512_set1_ps(w[r]), slice(base + r), acc);
+            _mm512_storeu_ps(es + e, acc);
+          }
+        }
+      }
+#endif
       alignas(64) std::int32_t lane[L];
       for (index_t l = 0; l < L; ++l) lane[l] = static_cast<std::int32_t>(l * S);
       const BI idx = BI::load_aligned(lane);

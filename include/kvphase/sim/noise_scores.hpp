@@ -30,27 +30,57 @@ constexpr index_t key_space_normals(index_t n, index_t d) noexcept {
 }
 
 namespace detail {
-/// The channels of a 16-token group after the paired loop: one more pair (⌊d/2⌋ odd) and the
-/// last channel (d odd). Out of line so the paired loop keeps the generator state in registers.
-template <class Arch, class Acc>
-[[gnu::noinline]] void key_space_tail(normal_engine<Arch>& eng, const float* q, index_t d, index_t i, Acc& acc) noexcept {
+/// The SIMD key-space loop (see key_space_scores). Tail = whether d mod 4 ≠ 0, i.e. whether a
+/// group ends with a lone pair of channels or a lone channel after its paired blocks: instantiated
+/// without the tail code for d mod 4 = 0, the paired loop keeps the generator state and the
+/// transform's constants in registers from one group to the next.
+template <class Arch, bool Tail>
+[[gnu::noinline]] void key_space_groups(normal_state& st, const float* q, index_t d, float* out, index_t n) noexcept {
   using B = xsimd::batch<float, Arch>;
-  constexpr index_t sub = normal_engine<Arch>::sub;
-  typename normal_engine<Arch>::block_type blk;
-  if (i < d / 2) {
-    eng.next(blk);
-    const B q0(q[2 * i]), q1(q[2 * i + 1]);
-    for (index_t k = 0; k < sub; ++k) {
-      acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
-      acc[static_cast<std::size_t>(k)] = simd::fma(q1, blk[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
+  using E = normal_engine<Arch>;
+  constexpr index_t L = E::L;
+  constexpr index_t sub = E::sub;
+  E eng(st);
+  const index_t pairs = d / 2;
+  for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
+    std::array<B, sub> acc;
+    for (auto& a : acc) a = B(0.0f);
+    // channels 2i, 2i + 1 of block i, accumulated in channel order as the scalar path does
+    auto accumulate = [&](const typename E::block_type& b, index_t i) {
+      const B q0(q[2 * i]), q1(q[2 * i + 1]);
+      for (index_t k = 0; k < sub; ++k) {
+        acc[static_cast<std::size_t>(k)] = simd::fma(q0, b[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+        acc[static_cast<std::size_t>(k)] = simd::fma(q1, b[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
+      }
+    };
+    // blocks two at a time, each handed to the accumulators as soon as it is transformed
+    index_t i = 0;
+    for (; i + 2 <= pairs; i += 2) {
+      index_t c = i;
+      eng.next2([&](const typename E::block_type& b) { accumulate(b, c++); });
+    }
+    if constexpr (Tail) {
+      typename E::block_type blk;
+      if (i < pairs) {
+        eng.next(blk);
+        accumulate(blk, i);
+      }
+      if (d % 2 != 0) {
+        eng.next(blk);
+        const B q0(q[d - 1]);
+        for (index_t k = 0; k < sub; ++k)
+          acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
+      }
+    }
+    if (t0 + normal_lanes <= n) {
+      for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_unaligned(out + t0 + k * L);
+    } else {
+      alignas(64) float tmp[normal_lanes];
+      for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_aligned(tmp + k * L);
+      for (index_t j = 0; j < n - t0; ++j) out[t0 + j] = tmp[j];
     }
   }
-  if (d % 2 != 0) {
-    eng.next(blk);
-    const B q0(q[d - 1]);
-    for (index_t k = 0; k < sub; ++k)
-      acc[static_cast<std::size_t>(k)] = simd::fma(q0, blk[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
-  }
+  eng.store(st);
 }
 }  // namespace detail
 
@@ -58,11 +88,15 @@ template <class Arch, class Acc>
 /// with the same operation order (fma per channel, channels in order).
 template <class Arch = simd::default_arch>
 void key_space_scores(normal_state& st, const float* q, index_t d, float* out, index_t n) noexcept {
-  normal_engine<Arch> eng(st);
-  typename normal_engine<Arch>::block_type blk;
-  const index_t pairs = d / 2;
-  const bool odd = (d % 2) != 0;
-  if constexpr (simd::is_scalar_v<Arch>) {
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    if (d % 4 == 0)
+      detail::key_space_groups<Arch, false>(st, q, d, out, n);
+    else
+      detail::key_space_groups<Arch, true>(st, q, d, out, n);
+  } else {
+    normal_engine<Arch> eng(st);
+    typename normal_engine<Arch>::block_type blk;
+    const index_t pairs = d / 2;
     for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
       float acc[normal_lanes] = {};
       for (index_t i = 0; i < pairs; ++i) {
@@ -73,47 +107,15 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
           acc[j] = std::fma(q1, blk[static_cast<std::size_t>(normal_lanes + j)], acc[j]);
         }
       }
-      if (odd) {
+      if (d % 2 != 0) {
         eng.next(blk);
         for (index_t j = 0; j < normal_lanes; ++j) acc[j] = std::fma(q[d - 1], blk[static_cast<std::size_t>(j)], acc[j]);
       }
       const index_t m = std::min<index_t>(normal_lanes, n - t0);
       for (index_t j = 0; j < m; ++j) out[t0 + j] = acc[j];
     }
-  } else {
-    using B = xsimd::batch<float, Arch>;
-    constexpr index_t L = normal_engine<Arch>::L;
-    constexpr index_t sub = normal_engine<Arch>::sub;
-    for (index_t t0 = 0; t0 < n; t0 += normal_lanes) {
-      std::array<B, sub> acc;
-      for (auto& a : acc) a = B(0.0f);
-      // channels 2i, 2i + 1 of block i; blocks two at a time (next2 overlaps their transforms),
-      // accumulated in channel order as the scalar path does
-      auto accumulate = [&](const typename normal_engine<Arch>::block_type& b, index_t i) {
-        const B q0(q[2 * i]), q1(q[2 * i + 1]);
-        for (index_t k = 0; k < sub; ++k) {
-          acc[static_cast<std::size_t>(k)] = simd::fma(q0, b[static_cast<std::size_t>(k)], acc[static_cast<std::size_t>(k)]);
-          acc[static_cast<std::size_t>(k)] =
-              simd::fma(q1, b[static_cast<std::size_t>(sub + k)], acc[static_cast<std::size_t>(k)]);
-        }
-      };
-      index_t i = 0;
-      for (; i + 2 <= pairs; i += 2) {
-        index_t c = i;
-        eng.next2([&](const typename normal_engine<Arch>::block_type& b) { accumulate(b, c++); });
-      }
-      if (i < pairs || odd) [[unlikely]]
-        detail::key_space_tail(eng, q, d, i, acc);
-      if (t0 + normal_lanes <= n) {
-        for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_unaligned(out + t0 + k * L);
-      } else {
-        alignas(64) float tmp[normal_lanes];
-        for (index_t k = 0; k < sub; ++k) acc[static_cast<std::size_t>(k)].store_aligned(tmp + k * L);
-        for (index_t j = 0; j < n - t0; ++j) out[t0 + j] = tmp[j];
-      }
-    }
+    eng.store(st);
   }
-  eng.store(st);
 }
 
 /// out[t] = scale·z_t, z_t ~ N(0, 1): the score-space draw of n noise scores with scale = |q|.
