@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -213,6 +214,24 @@ TEST_CASE("normal generator: keyed by (seed, stream), reproducible, block-granul
   h.fill(f.data() + 10, 32);
   CHECK(std::equal(f.begin(), f.begin() + 10, a.begin()));
   CHECK(std::equal(f.begin() + 10, f.begin() + 42, a.begin() + 32));
+}
+
+TEST_CASE("normal generator: fill_scaled is fill then one multiply, on every SIMD path", "[sim][normal]") {
+  const float scale = 2.7182817f;
+  simd::for_each_arch([&](auto arch) {
+    using Arch = decltype(arch);
+    INFO("arch " << simd::arch_name<Arch>());
+    for (const index_t n : {index_t(0), index_t(5), index_t(32), index_t(77), index_t(1000)}) {
+      INFO("n " << n);
+      std::vector<float> plain(static_cast<std::size_t>(n)), scaled(static_cast<std::size_t>(n));
+      sim::normal_generator g(8, 3), h(8, 3);
+      g.fill<Arch>(plain.data(), n);
+      h.fill_scaled<Arch>(scaled.data(), n, scale);
+      for (auto& v : plain) v *= scale;
+      CHECK(scaled == plain);
+      CHECK(std::memcmp(&g.state(), &h.state(), sizeof(sim::normal_state)) == 0);
+    }
+  });
 }
 
 TEST_CASE("normal generator: native AVX-512 transform and next2 give the generic stream bitwise", "[sim][normal]") {

@@ -155,9 +155,9 @@ TEST_CASE("linear model: vectorised pooling equals fmas in slot order on every S
   std::normal_distribution<float> nd;
   for (const index_t S : {1, 2, 3, 4, 5, 8}) {
     for (const index_t W : {S, S + 1, 2 * S}) {
-      for (index_t extra = 0; extra < 16 * S + 2; ++extra) {
-        const index_t origin = extra % S;
-        const index_t N = 16 * S * 3 + W + extra;
+      for (index_t extra = 0; extra < 16 * S + 2; ++extra)
+      for (index_t origin = 0; origin < S; ++origin) {
+        const index_t N = 16 * S * 4 + W + extra;
         compress::operator_spec spec{.grid = {.window = W, .stride = S, .origin = origin},
                                      .pool = compress::pool_kind::weights};
         spec.slot_weights.resize(static_cast<std::size_t>(W));

@@ -221,9 +221,16 @@ inline Real max_value(const Real* x, index_t n) noexcept {
     using B = xsimd::batch<Real, Arch>;
     constexpr index_t L = B::size;
     if (n >= L) {
-      B vm = B::load_unaligned(x);
-      for (i = L; i + L <= n; i += L) vm = xsimd::max(vm, B::load_unaligned(x + i));
-      m = hmax(vm);
+      // four independent chains (max is exact, so the result does not depend on the split)
+      B v0 = B::load_unaligned(x), v1 = v0, v2 = v0, v3 = v0;
+      for (i = L; i + 4 * L <= n; i += 4 * L) {
+        v0 = xsimd::max(v0, B::load_unaligned(x + i));
+        v1 = xsimd::max(v1, B::load_unaligned(x + i + L));
+        v2 = xsimd::max(v2, B::load_unaligned(x + i + 2 * L));
+        v3 = xsimd::max(v3, B::load_unaligned(x + i + 3 * L));
+      }
+      for (; i + L <= n; i += L) v0 = xsimd::max(v0, B::load_unaligned(x + i));
+      m = hmax(xsimd::max(xsimd::max(v0, v1), xsimd::max(v2, v3)));
     }
   }
   for (; i < n; ++i) m = std::max(m, x[i]);

@@ -122,8 +122,7 @@ void key_space_scores(normal_state& st, const float* q, index_t d, float* out, i
 template <class Arch = simd::default_arch>
 void score_space_scores(normal_state& st, float scale, float* out, index_t n) noexcept {
   normal_generator g(st);
-  g.fill<Arch>(out, n);
-  simd::scale<float, Arch>(scale, out, n);
+  g.fill_scaled<Arch>(out, n, scale);
   st = g.state();
 }
 
