@@ -2,10 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <kvphase/core/error.hpp>
+#include <kvphase/core/parallel.hpp>
 #include <kvphase/core/rng.hpp>
 #include <kvphase/core/simd.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -189,4 +192,36 @@ TEST_CASE("philox: normal and uniform moments within z = 5", "[core][rng]") {
   CHECK(std::abs(u1 - 0.5) <= 5.0 * std::sqrt(1.0 / 12.0 / n));
   const double p = double(below_hits) / n;
   CHECK(std::abs(p - 0.1) <= 5.0 * std::sqrt(0.09 / n));
+}
+
+TEST_CASE("parallel::for_each_index: every index once, merged; one thread runs nested code on one thread", "[core][parallel]") {
+  for (const int threads : {1, 2}) {
+    INFO("threads " << threads);
+    std::vector<int> seen(1000, 0);
+    std::int64_t merged = 0;
+    int nested_max = 0;
+    kvphase::parallel::for_each_index(
+        1000, threads,
+        [&](std::int64_t& local, std::int64_t i) {
+          ++seen[static_cast<std::size_t>(i)];
+          ++local;
+#ifdef _OPENMP
+          if (threads == 1) nested_max = std::max(nested_max, omp_get_max_threads());
+#endif
+        },
+        [] { return std::int64_t{0}; }, [&](std::int64_t& local) { merged += local; }, [] {});
+    CHECK(merged == 1000);
+    CHECK(std::count(seen.begin(), seen.end(), 1) == 1000);
+#ifdef _OPENMP
+    // the serial path leaves no room for nested teams (Eigen's GEMM sizes its own by
+    // omp_get_max_threads()), and gives the caller's setting back
+    if (threads == 1) CHECK(nested_max == 1);
+#endif
+  }
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();
+  kvphase::parallel::for_each_index(
+      3, 1, [](int&, std::int64_t) {}, [] { return 0; }, [](int&) {}, [] {});
+  CHECK(omp_get_max_threads() == before);
+#endif
 }

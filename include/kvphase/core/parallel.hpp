@@ -73,6 +73,16 @@ void for_each_index(std::int64_t total, int threads, Body&& body, MakeLocal&& ma
 #endif
   {
     (void)threads;
+#ifdef _OPENMP
+    // One thread means one thread: nested library code (Eigen's GEMM) sizes its own OpenMP teams
+    // by omp_get_max_threads() when it is not inside an active parallel region, and its idle
+    // workers would spin on the other cores. The setting is this thread's own and is restored.
+    struct one_thread_guard {
+      int saved = omp_get_max_threads();
+      one_thread_guard() noexcept { omp_set_num_threads(1); }
+      ~one_thread_guard() { omp_set_num_threads(saved); }
+    } guard;
+#endif
     auto local = make_local();
     auto last = clock::now();
     for (std::int64_t i = 0; i < total; ++i) run(local, i, last, true);
