@@ -123,11 +123,11 @@ double cached_generator_rate(int threads) {
   return it->second;
 }
 
-/// The generator target (3·10⁹ normals/s per core) was set on this machine when its in-process
-/// FMA peak was 224 GFLOP/s per core (reference measurements): 64 FLOP per cycle of two 16-lane
-/// FMAs, so 3.5·10⁹ such cycles/s and 0.857 normals per FMA cycle. The clock of this shared VM
-/// moves by ±20 % with the load on the other core, so the run also reports its own FMA peak and
-/// the rate in normals per FMA cycle, which the clock cancels out of.
+/// The generator target (3·10⁹ normals/s per core) was set from reference measurements on an
+/// AMD Zen 5 whose in-process FMA peak was 224 GFLOP/s per core: 64 FLOP per cycle of two 16-lane
+/// FMAs, so 3.5·10⁹ such cycles/s and 0.857 normals per FMA cycle. The clock differs between
+/// machines and moves by ±20 % on this shared VM, so the run also reports its own FMA peak and the
+/// rate in normals per FMA cycle (across microarchitectures an indication, not an identity).
 constexpr double generator_target_per_fma_cycle = 3e9 / (224e9 / 64.0);
 
 void BM_generator(benchmark::State& state) {

@@ -323,8 +323,8 @@ class trial_runner {
   void content(normal_generator& gen, index_t N) {
     if (!comp_.content_gated()) return;
     auto& w = ws_;
-    detail::fill(gen, w.z, N);
-    simd::scale<float>(comp_.content_std(), w.z.data(), N);
+    w.z.resize(static_cast<std::size_t>(N));
+    gen.fill_scaled(w.z.data(), N, comp_.content_std());
   }
 
   void needle(index_t g, rng::philox_stream& ps, normal_generator& gen, tasks::trial_outcome& oc,
