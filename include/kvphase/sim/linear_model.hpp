@@ -19,6 +19,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kvphase/compress/grid.hpp"
@@ -174,25 +175,23 @@ class linear_model {
             const __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32), idx, _mm512_loadu_ps(p + 48));
             return _mm512_mask_blend_ps(0xFF00, lo, hi);
           };
-          // the loads of slot W − 1 reach base + W − 1 + 16·S − 1; four batches at a time so
-          // that four fma chains are in flight
-          constexpr index_t G = 4;
-          for (; e + G * L <= E && f0 + (e + (G - 1) * L) * S + W_ + 16 * S - 2 < n; e += G * L) {
-            const float* base = s + f0 + e * S;
-            __m512 acc[G];
-            for (index_t g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-            for (index_t r = 0; r < W_; ++r) {
-              const __m512 wr = _mm512_set1_ps(w[r]);
-              for (index_t g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(wr, slice(base + g * L * S + r), acc[g]);
+          // G batches at a time (four, so that four fma chains are in flight; then single ones);
+          // the loads of slot W − 1 of the last batch reach its base + W − 1 + 16·S − 1
+          const auto batches = [&](auto group) {
+            constexpr index_t G = decltype(group)::value;
+            for (; e + G * L <= E && f0 + (e + (G - 1) * L) * S + W_ + 16 * S - 2 < n; e += G * L) {
+              const float* base = s + f0 + e * S;
+              __m512 acc[G];
+              for (index_t g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+              for (index_t r = 0; r < W_; ++r) {
+                const __m512 wr = _mm512_set1_ps(w[r]);
+                for (index_t g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(wr, slice(base + g * L * S + r), acc[g]);
+              }
+              for (index_t g = 0; g < G; ++g) _mm512_storeu_ps(es + e + g * L, acc[g]);
             }
-            for (index_t g = 0; g < G; ++g) _mm512_storeu_ps(es + e + g * L, acc[g]);
-          }
-          for (; e + L <= E && f0 + e * S + W_ + 16 * S - 2 < n; e += L) {
-            const float* base = s + f0 + e * S;
-            __m512 acc = _mm512_setzero_ps();
-            for (index_t r = 0; r < W_; ++r) acc = _mm512_fmadd_ps(_mm512_set1_ps(w[r]), slice(base + r), acc);
-            _mm512_storeu_ps(es + e, acc);
-          }
+          };
+          batches(std::integral_constant<index_t, 4>{});
+          batches(std::integral_constant<index_t, 1>{});
         }
       }
 #endif

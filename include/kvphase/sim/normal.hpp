@@ -233,9 +233,9 @@ class normal_engine {
   /// next(a); consume(a); next(b); consume(b). On the native AVX-512 path the order is
   /// step a, radius a, step b, radius b, then each block's angle stage followed by its consumer:
   /// a fused loop (generate → FMA into accumulators) then never holds two finished blocks, and
-  /// the long radius chains start as early as their words exist. (Timed in the key-space loop,
-  /// this order ran ~2 % faster than next2(a, b) followed by two consumer calls; for plain
-  /// buffer filling next2(a, b) was as fast or faster.)
+  /// the long radius chains start as early as their words exist. (In the key-space loop this
+  /// order timed faster than next2(a, b) followed by two consumer calls; for plain buffer
+  /// filling next2(a, b) timed as fast or faster, so fill() keeps it.)
   template <class Consume>
   inline void next2(Consume&& consume) noexcept {
 #if defined(__AVX512F__)
