@@ -15,8 +15,12 @@ Usage (Debian's python3 with python3-torch; not part of the default build or tes
 
 Each round alternates: PyTorch for --seconds, then the library's BM_key_space/threads:T (the same
 trial with the keys generated) and BM_score_space/threads:T (the exact score-space engine: the
-same trial in distribution, one normal per token); the ratios are taken per round and the median
-(min-max) over rounds is printed. PyTorch's hit rates are printed to check it runs the same task.
+same trial in distribution, one normal per token), then the two Gaussian generators alone
+(PyTorch's normal_ into the key tensor for a third of --seconds, the library's BM_generator/threads:T);
+the ratios are taken per round and the median (min-max) over rounds is printed, with the share of
+each side's trial time that its generator alone would take (trials/s x normals per trial /
+generator normals/s; the library's is its gen_frac).
+PyTorch's hit rates are printed to check it runs the same task.
 """
 import argparse
 import datetime
@@ -61,11 +65,32 @@ def torch_rate(torch, threads, seconds, seed):
     return trials / elapsed, hits_comp / trials, hits_full / trials, trials
 
 
-def library_rate(bench, name, threads):
+def torch_normal_rate(torch, threads, seconds, seed):
+    """Normals/s of PyTorch's own generator alone (normal_ into the trial's key tensor)."""
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.empty(BATCH, N, D)
+    n = 0
+    with torch.inference_mode():
+        start = time.perf_counter()
+        while True:
+            keys.normal_(generator=g)
+            n += keys.numel()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+    return n / elapsed
+
+
+def library_row(bench, name, threads):
     out = subprocess.run(
         [bench, f"--benchmark_filter={name}/threads:{threads}/", "--benchmark_format=json"],
         check=True, capture_output=True, text=True).stdout
-    row = json.loads(out)["benchmarks"][0]
+    return json.loads(out)["benchmarks"][0]
+
+
+def library_rate(bench, name, threads):
+    row = library_row(bench, name, threads)
     return row["trials_per_s"], row["gen_frac"]
 
 
@@ -95,25 +120,36 @@ def main():
           f"batches of {BATCH}")
     results = []
     for t in args.threads:
-        ratios, score_ratios, rows = [], [], []
+        ratios, score_ratios, gen_ratios, rows = [], [], [], []
         for r in range(args.rounds):
             tr, hc, hf, n = torch_rate(torch, t, args.seconds, args.seed + 1000 * r + t)
             lr, gen_frac = library_rate(args.bench, "BM_key_space", t)
             sr, _ = library_rate(args.bench, "BM_score_space", t)
+            # the two generators alone, and the share of a trial's time each spends generating
+            tg = torch_normal_rate(torch, t, args.seconds / 3, args.seed + 1000 * r + t + 500)
+            lg = library_row(args.bench, "BM_generator", t)["normals_per_s"]
+            gen_ratios.append(lg / tg)
+            tshare = tr * (N * D + D) / tg
             ratios.append(lr / tr)
             score_ratios.append(sr / tr)
             rows.append({"round": r, "torch_trials_per_s": tr, "torch_hit_compressed": hc, "torch_hit_full": hf,
                          "torch_trials": n, "library_key_trials_per_s": lr, "library_gen_frac": gen_frac,
-                         "ratio_key": lr / tr, "library_score_trials_per_s": sr, "ratio_score": sr / tr})
+                         "ratio_key": lr / tr, "library_score_trials_per_s": sr, "ratio_score": sr / tr,
+                         "torch_normals_per_s": tg, "library_normals_per_s": lg, "ratio_generator": lg / tg,
+                         "torch_generation_share": tshare})
             print(f"threads {t} round {r}: PyTorch {tr:8.1f} trials/s (hit compressed {hc:.3f}, full {hf:.3f}), "
-                  f"kvphase key engine {lr:8.1f} trials/s ({lr / tr:5.1f}x), score engine {sr:9.1f} ({sr / tr:6.1f}x)")
+                  f"kvphase key engine {lr:8.1f} trials/s ({lr / tr:5.1f}x), score engine {sr:9.1f} ({sr / tr:6.1f}x); "
+                  f"generators alone: PyTorch {tg / 1e9:.3f}G normals/s, kvphase {lg / 1e9:.3f}G ({lg / tg:5.1f}x); "
+                  f"generation share of a trial: PyTorch {tshare:.2f}, kvphase {gen_frac:.2f}")
         med = statistics.median(ratios)
         smed = statistics.median(score_ratios)
+        gmed = statistics.median(gen_ratios)
         print(f"threads {t}: kvphase key engine / PyTorch = {med:.1f}x (min {min(ratios):.1f}, max {max(ratios):.1f}); "
               f"score engine / PyTorch = {smed:.0f}x (min {min(score_ratios):.0f}, max {max(score_ratios):.0f}) "
-              f"over {args.rounds} rounds")
+              f"over {args.rounds} rounds; generator / PyTorch's generator = {gmed:.1f}x")
         results.append({"threads": t, "median_ratio_key": med, "min_ratio_key": min(ratios),
-                        "max_ratio_key": max(ratios), "median_ratio_score": smed, "rounds": rows})
+                        "max_ratio_key": max(ratios), "median_ratio_score": smed, "median_ratio_generator": gmed,
+                        "rounds": rows})
     if args.out:
         git = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short=12",
                               "HEAD"], capture_output=True, text=True).stdout.strip()
