@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/sweep_configs.hpp"
 #include "support/tolerance.hpp"
 
 using kvphase::index_t;
@@ -24,21 +25,6 @@ namespace sim = kvphase::sim;
 namespace compress = kvphase::compress;
 
 namespace {
-
-sim::sweep_config small_general(sim::task_kind t, const compress::operator_spec& op) {
-  sim::sweep_config c;
-  c.task = t;
-  c.op = op;
-  c.trials = 12;
-  c.seed = 17;
-  c.params_seed = 5;
-  c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
-  c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-  c.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 61};
-  c.modulus = 8;
-  c.window = 4;
-  return c;
-}
 
 // Per (model, group): count, hits, Σ margin, Σ margin² over trials, from trial_runner directly.
 struct moments {
@@ -184,7 +170,7 @@ TEST_CASE("general model: buffered compressor equals compress::compress, entry s
 TEST_CASE("general path: kv-pairs and padding for learned-projection presets, deterministic", "[sim][general][determinism]") {
   for (const char* name : {"v4_csa", "paper_ref", "nsa"}) {  // v41: ctest example.sweep_determinism_general_kv-pairs
     for (auto t : {sim::task_kind::kv_pairs, sim::task_kind::padding}) {
-      auto c = small_general(t, compress::preset(name));
+      auto c = kvphase::test::small_general_sweep(t, compress::preset(name));
       INFO(name << " " << sim::to_string(t));
       REQUIRE(c.general());
       REQUIRE_NOTHROW(c.validate());
@@ -246,7 +232,7 @@ TEST_CASE("general path: an operator equal to mean pooling gives the linear mean
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
       if (ci == 1 && t == sim::task_kind::needle) continue;
-      auto g = small_general(t, cases[ci].general);
+      auto g = kvphase::test::small_general_sweep(t, cases[ci].general);
       // harder settings than the determinism runs, so that recall is neither 0 nor 1
       g.needle = {.context = 1024, .dim = 16, .key_span = 2, .value_span = 1, .query_noise = 0.7};
       g.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16, .query_noise = 0.5};
@@ -279,7 +265,7 @@ TEST_CASE("general path: an operator equal to mean pooling gives the linear mean
 
 TEST_CASE("general path: padding preference and margin per length with a flat full control", "[sim][general][phase]") {
   for (const char* name : {"v4_csa", "paper_ref"}) {
-    auto c = small_general(sim::task_kind::padding, compress::preset(name));
+    auto c = kvphase::test::small_general_sweep(sim::task_kind::padding, compress::preset(name));
     c.trials = 60;
     c.threads = 2;
     INFO(name);
@@ -311,14 +297,14 @@ TEST_CASE("general path: padding preference and margin per length with a flat fu
 }
 
 TEST_CASE("general path: what stays unsupported is named", "[sim][general][errors]") {
-  auto c = small_general(sim::task_kind::kv_pairs, compress::v4_csa());
+  auto c = kvphase::test::small_general_sweep(sim::task_kind::kv_pairs, compress::v4_csa());
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine") && Catch::Contains("score") && Catch::Contains("v4_csa"));
   c.engine = sim::engine_kind::key;
   c.op.heads = 2;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
   // an operator whose first entry needs more tokens than the context holds
-  auto k = small_general(sim::task_kind::kv_pairs, compress::v4_hca());
+  auto k = kvphase::test::small_general_sweep(sim::task_kind::kv_pairs, compress::v4_hca());
   k.kv_pairs.context = 100;
   k.kv_pairs.pairs = 2;
   CHECK_THROWS_WITH(k.validate(), Catch::Contains("context") && Catch::Contains("complete entry"));

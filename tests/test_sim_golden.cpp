@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/sweep_configs.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -93,22 +95,8 @@ json stream_values() {
 /// plain mean model, and the general key-space path for two learned operators.
 std::vector<sim::sweep_config> sweep_cases() {
   std::vector<sim::sweep_config> out;
-  for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
-    for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) {
-      sim::sweep_config c;
-      c.task = t;
-      c.engine = e;
-      c.trials = 24;
-      c.seed = 42;
-      c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
-      c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-      c.padding = {.code_length = 96, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 31};
-      c.op = {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::slot_gate,
-              .slot_bias = {0, 1, 2, 0, 0, 1, 0, 0}, .content_std = 0.5};
-      c.window = 8;
-      out.push_back(c);
-    }
-  }
+  for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding})
+    for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) out.push_back(kvphase::test::small_sweep(t, e));
   {
     sim::sweep_config c;  // mean pooling W = S = 4, the benchmark's model, d = 64
     c.needle = {.context = 1024, .dim = 64};
@@ -116,19 +104,8 @@ std::vector<sim::sweep_config> sweep_cases() {
     c.seed = 11;
     out.push_back(c);
   }
-  for (const auto& [name, task] : {std::pair{"v4_csa", sim::task_kind::kv_pairs}, std::pair{"paper_ref", sim::task_kind::padding}}) {
-    sim::sweep_config c;
-    c.task = task;
-    c.op = compress::preset(name);
-    c.trials = 12;
-    c.seed = 17;
-    c.params_seed = 5;
-    c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-    c.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 61};
-    c.modulus = 8;
-    c.window = 4;
-    out.push_back(c);
-  }
+  out.push_back(kvphase::test::small_general_sweep(sim::task_kind::kv_pairs, compress::preset("v4_csa")));
+  out.push_back(kvphase::test::small_general_sweep(sim::task_kind::padding, compress::preset("paper_ref")));
   return out;
 }
 

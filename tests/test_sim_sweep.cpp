@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/sweep_configs.hpp"
 #include "support/tolerance.hpp"
 
 using kvphase::index_t;
@@ -247,27 +248,11 @@ TEST_CASE("kv_pairs layout: ordered, disjoint, inside the context, target at its
   CHECK_THROWS_WITH((tasks::kv_pairs_config{.codes = 1}.validate(8)), Catch::Contains("codes"));
 }
 
-namespace {
-sim::sweep_config small(sim::task_kind t, sim::engine_kind e) {
-  sim::sweep_config c;
-  c.task = t;
-  c.engine = e;
-  c.trials = 24;
-  c.seed = 42;
-  c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
-  c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-  c.padding = {.code_length = 96, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 31};
-  c.op = {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::slot_gate,
-          .slot_bias = {0, 1, 2, 0, 0, 1, 0, 0}, .content_std = 0.5};
-  c.window = 8;
-  return c;
-}
-}  // namespace
 
 TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[sim][determinism]") {
   for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
     for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) {
-      auto c = small(t, e);
+      auto c = kvphase::test::small_sweep(t, e);
       INFO(c);
       c.threads = 1;
       const auto one = sim::run_sweep(c);
