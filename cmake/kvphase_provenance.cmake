@@ -3,7 +3,9 @@
 # every build (not only at configure time), and the header is rewritten only when it changes.
 find_package(Git QUIET)
 get_target_property(_kv_opts kvphase_flags INTERFACE_COMPILE_OPTIONS)
-string(REPLACE ";" " " KVPHASE_BUILD_FLAGS "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${CMAKE_BUILD_TYPE}} ${_kv_opts}")
+# the per-configuration flags (-O3 -DNDEBUG, …) live in CMAKE_CXX_FLAGS_<CONFIG> with CONFIG upper-case
+string(TOUPPER "${CMAKE_BUILD_TYPE}" _kv_config)
+string(REPLACE ";" " " KVPHASE_BUILD_FLAGS "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${_kv_config}} ${_kv_opts}")
 string(STRIP "${KVPHASE_BUILD_FLAGS}" KVPHASE_BUILD_FLAGS)
 set(KVPHASE_COMPILER "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
 set(_kv_out ${PROJECT_BINARY_DIR}/generated/kvphase_build_info.hpp)
