@@ -429,7 +429,7 @@ inline void weighted_rows(const Real* rows, index_t ld, const Real* w, index_t n
       for (index_t r = 1; r < n; ++r) {
         const Real* src = rows + r * ld + k;
         const B wr(w[r]);
-        for (index_t u = 0; u < U; ++u) acc[u] = xsimd::fma(wr, B::load_unaligned(src + u * L), acc[u]);
+        for (index_t u = 0; u < U; ++u) acc[u] = simd::fma(wr, B::load_unaligned(src + u * L), acc[u]);
       }
       if (nt) {
         for (index_t u = 0; u < U; ++u) stream_store<Real, Arch>(out + k + u * L, acc[u]);
@@ -439,7 +439,7 @@ inline void weighted_rows(const Real* rows, index_t ld, const Real* w, index_t n
     }
     for (; k + L <= c; k += L) {
       B acc = B(w[0]) * B::load_unaligned(rows + k);
-      for (index_t r = 1; r < n; ++r) acc = xsimd::fma(B(w[r]), B::load_unaligned(rows + r * ld + k), acc);
+      for (index_t r = 1; r < n; ++r) acc = simd::fma(B(w[r]), B::load_unaligned(rows + r * ld + k), acc);
       if (nt) stream_store<Real, Arch>(out + k, acc);
       else acc.store_unaligned(out + k);
     }
@@ -488,7 +488,7 @@ inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, c
       for (index_t r = 0; r < n; ++r) {
         const B p = xsimd::exp(B::load_unaligned(scratch + r * L) - m);
         s += p;
-        acc = xsimd::fma(p, B::load_unaligned(pay[r] + k), acc);
+        acc = simd::fma(p, B::load_unaligned(pay[r] + k), acc);
       }
       (acc / s).store_unaligned(out + k);
     }
