@@ -10,11 +10,11 @@
 //  - Sweeps: hits and the fixed-point mass and margin sums per (model, group) of nine small
 //    configurations on the build's default SIMD path. Their float arithmetic (fused multiply-adds,
 //    vector exp) is that of the arch they were recorded on: hits are compared when the default
-//    arch is that arch (they agreed in all nine configurations between the Release, RelWithDebInfo
-//    and sanitizer builds). The sums are compared only when, in addition, compiler and flags are the
-//    recorded ones: GCC contracts a·b + c into one fma differently at -O2 and -O3, which moves the
-//    last bits of masses and margins (an -O2 build with -ffp-contract=off agrees bitwise with an
-//    -O3 one; with the default contraction it does not), so the sanitizer build checks hits only.
+//    arch is that arch (they agree between the Release, RelWithDebInfo and sanitizer builds).
+//    The sums are compared only when compiler and flags are the recorded ones too. -O2 and -O3
+//    agree on all nine sweeps. A sanitizer build differs in the last bits of some sums: GCC
+//    contracts a·b + c into one fma differently under instrumentation (docs/sim.md). So the
+//    sanitizer build checks hits only.
 //
 // An intended stream change regenerates the file (and says so in CHANGELOG.md):
 //   KVPHASE_GOLDEN_WRITE=tests/data/golden_sim.json build/release/tests/kvphase_tests_sim '[golden]'

@@ -136,10 +136,12 @@ class linear_model {
           w[r] = std::exp(w[r] - mx);
           sum += w[r];
         }
+        // fmas in slot order, as the fixed-weight pools (written out: left as a·b + c, GCC fused
+        // it at -O2 but not at -O3)
         float acc = 0;
         for (index_t r = m; r < W_; ++r) {
           w[r] /= sum;
-          acc += w[r] * s[f + r];
+          acc = std::fma(w[r], s[f + r], acc);
         }
         es[e] = acc;
       }
@@ -250,8 +252,8 @@ class linear_model {
       const B vb(beta), vs(shift);
       B acc0(0.0f), acc1(0.0f);
       for (; i + 2 * L <= n; i += 2 * L) {
-        const B e0 = xsimd::exp(xsimd::fms(B::load_unaligned(x + i), vb, vs));
-        const B e1 = xsimd::exp(xsimd::fms(B::load_unaligned(x + i + L), vb, vs));
+        const B e0 = xsimd::exp(simd::fma(B::load_unaligned(x + i), vb, -vs));
+        const B e1 = xsimd::exp(simd::fma(B::load_unaligned(x + i + L), vb, -vs));
         if (out) {
           e0.store_unaligned(out + i);
           e1.store_unaligned(out + i + L);
