@@ -280,6 +280,11 @@ inline void fill(normal_generator& g, std::vector<float>& v, index_t n) {
   v.resize(static_cast<std::size_t>(n));
   g.fill(v.data(), n);
 }
+/// The same draws times scale (normal_generator::fill_scaled).
+inline void fill(normal_generator& g, std::vector<float>& v, index_t n, float scale) {
+  v.resize(static_cast<std::size_t>(n));
+  g.fill_scaled(v.data(), n, scale);
+}
 
 /// Needle outcome for one model whose item scores are in buf (pooled, or scored by the general
 /// model); m gives the geometry and the per-token value weights.
@@ -323,8 +328,7 @@ class trial_runner {
   void content(normal_generator& gen, index_t N) {
     if (!comp_.content_gated()) return;
     auto& w = ws_;
-    w.z.resize(static_cast<std::size_t>(N));
-    gen.fill_scaled(w.z.data(), N, comp_.content_std());
+    detail::fill(gen, w.z, N, comp_.content_std());
   }
 
   void needle(index_t g, rng::philox_stream& ps, normal_generator& gen, tasks::trial_outcome& oc,
