@@ -148,8 +148,8 @@ void BM_generator(benchmark::State& state) {
 
 sim::sweep_config needle_config(index_t N, sim::engine_kind e, int threads, index_t trials_per_group) {
   sim::sweep_config c;
-  c.task = sim::task_kind::needle;
-  c.needle = {.context = N, .dim = 64};
+  c.task = kvphase::tasks::needle_config{};
+  c.task = kvphase::tasks::needle_config{.context = N, .dim = 64};
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = kvphase::compress::pool_kind::mean};
   c.engine = e;
   c.threads = threads;
@@ -186,7 +186,7 @@ void run_trials(benchmark::State& state, index_t N, sim::engine_kind e, index_t 
   }
   const double gen = fresh_rate ? gen_sum / gen_secs : cached_generator_rate(threads);
   // normals per trial: the query key (⌈d/32⌉ blocks) and the noise keys or scores
-  const index_t d = c.needle.dim;
+  const index_t d = c.task.get<kvphase::tasks::needle_config>().dim;
   const double normals = static_cast<double>(((d + 31) / 32) * 32) +
                          (e == sim::engine_kind::key ? static_cast<double>(sim::key_space_normals(N, d))
                                                      : static_cast<double>(((N + 31) / 32) * 32));

@@ -13,15 +13,14 @@
 // interval, the periodicity and uniformity tests, and a terminal chart; writes CSV and JSON
 // with provenance.
 #include <kvphase/compress/spec.hpp>
-#include <kvphase/io/sweep_format.hpp>
+#include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
-#include <kvphase/theory/predict.hpp>
+#include <kvphase/stats/summary.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
 
-#include "sweep_common.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -42,11 +41,7 @@ sim::sweep_config demo_config(index_t trials, int threads, std::uint64_t seed) {
           .pool = kvphase::compress::pool_kind::slot_gate,
           .slot_bias = {0.3, 0.1, 0.0, 0.0, 0.8, 0.4, 0.1, 0.0},
           .name = "v4-csa-like gated (W=8, S=4)"};
-  c.task = sim::task_kind::needle;
-  c.needle.context = 8192;
-  c.needle.dim = 64;
-  c.needle.key_span = 2;
-  c.needle.query_noise = 0.8;
+  c.task = kvphase::tasks::needle_config{.context = 8192, .dim = 64, .key_span = 2, .query_noise = 0.8};
   c.modulus = 8;
   c.engine = sim::engine_kind::key;
   c.trials = trials;
@@ -80,27 +75,18 @@ int main(int argc, char** argv) {
   try {
     kvphase::require(trials >= 10, "trials", trials, "must be >= 10");
     const sim::sweep_config c = demo_config(trials, threads, seed);
+    const auto& needle = c.task.get<kvphase::tasks::needle_config>();
     std::printf("kvphase demo: %s\n", c.op.name.c_str());
     std::printf("  task: needle (2-token key) among N = %td keys, d = %td, query noise %.1f; %td trials per group,"
                 " groups = position mod %td\n",
-                c.needle.context, c.needle.dim, c.needle.query_noise, c.trials, c.groups());
+                needle.context, needle.dim, needle.query_noise, c.trials, c.groups());
     std::printf("  slot bias b = [0.3 0.1 0 0 | 0.8 0.4 0.1 0] (stream of the previous block | current block)\n\n");
 
-    const auto pred = kvphase::theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
+    const auto pred = kvphase::theory::predict_sweep_column(c);
     const auto r = sim::run_sweep(c);
-
-    nlohmann::json cfg;
-    cfg["program"] = "demo";
-    cfg["operator"] = c.op.name;
-    cfg["gate_bias"] = c.op.slot_bias;
-    cfg["task_config"] = c.describe();
-    cfg["trials"] = c.trials;
-    cfg["groups"] = c.groups();
-    cfg["engine"] = sim::to_string(c.engine);
-    std::optional<kvphase::examples::theory_columns> theory;
-    if (pred.covered) theory = kvphase::examples::theory_columns{pred.compressed, pred.full};
-    const io::sweep_result res = kvphase::examples::to_sweep_output(r, cfg, argc, argv, theory);
-    const auto sums = io::summarize(res);
+    const io::sweep_result res = sim::to_output(
+        r, {.extra_config = {{"program", "demo"}, {"out", out}}, .argc = argc, .argv = argv, .theory = pred.covered});
+    const auto sums = kvphase::stats::summarize(res.models, res.analysis);
     const auto& comp = sums[0];
     const auto& full = sums[1];
 
@@ -147,7 +133,7 @@ int main(int argc, char** argv) {
 
     std::filesystem::create_directories(out);
     for (const char* fmt : {"csv", "json"}) {
-      kvphase::examples::write_text_file(out + "/demo." + fmt, io::sweep_text(res, fmt));
+      sim::write_text_file(out + "/demo." + fmt, io::sweep_text(res, sums, fmt));
     }
     std::printf("\nwrote %s/demo.csv and %s/demo.json (%.1f s of simulation)\n", out.c_str(), out.c_str(), r.seconds);
   } catch (const kvphase::error& e) {

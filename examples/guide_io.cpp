@@ -22,10 +22,13 @@ io::sweep_result make(std::int64_t i, std::int64_t n, counts trials, counts cmp,
 int main() {
   const io::sweep_result whole = make(0, 1, {400, 400, 400, 400}, {396, 0, 0, 4}, {389, 391, 394, 388});
   std::ostringstream csv;
-  io::write_sweep_csv(csv, whole);  // provenance comments, analysis, summaries, one row per phase
+  // statistics come from kvphase::stats; io writes them (provenance comments, analysis,
+  // summaries, one row per phase)
+  const auto summaries = kvphase::stats::summarize(whole.models, whole.analysis);
+  io::write_sweep_csv(csv, whole, summaries);
   const io::sweep_result back = io::parse_sweep(csv.str());
   std::printf("csv round trip keeps the counts: %s\n", back.models == whole.models ? "yes" : "no");
-  for (const io::model_summary& s : io::summarize(whole))
+  for (const kvphase::stats::model_summary& s : summaries)
     std::printf("%s: gap %.4f [%.4f, %.4f], uniformity p %.3g, period 4 p %.4f\n", s.model.c_str(), s.gap.gap,
                 s.gap.ci.low, s.gap.ci.high, s.uniformity.p, s.periodicity.p);
 

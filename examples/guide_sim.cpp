@@ -8,8 +8,8 @@ int main() {
   namespace sim = kvphase::sim;
   namespace cmp = kvphase::compress;
   sim::sweep_config c;
-  c.task = sim::task_kind::needle;
-  c.needle = {.context = 2048, .dim = 32, .query_noise = 0.5};
+  c.task = kvphase::tasks::needle_config{};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 32, .query_noise = 0.5};
   // W = S = 4 slot gate whose bias prefers slot 0: content-independent, so the score engine is exact.
   c.op = cmp::operator_spec{.grid = {.window = 4, .stride = 4}, .pool = cmp::pool_kind::slot_gate,
                             .slot_bias = {3, 0, 0, 0}, .name = "gated"};

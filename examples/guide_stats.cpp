@@ -8,7 +8,7 @@ int main() {
   namespace st = kvphase::stats;
   namespace sim = kvphase::sim;
   sim::sweep_config c;  // the sweep of examples/guide_sim.cpp
-  c.needle = {.context = 2048, .dim = 32, .query_noise = 0.5};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 32, .query_noise = 0.5};
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = kvphase::compress::pool_kind::slot_gate,
           .slot_bias = {3, 0, 0, 0}, .name = "gated"};
   c.engine = sim::engine_kind::score;

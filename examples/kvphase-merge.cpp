@@ -20,6 +20,7 @@
 
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/sweep_format.hpp>
+#include <kvphase/stats/summary.hpp>
 
 int main(int argc, char** argv) {
   CLI::App app{"Merge the shard outputs of a sharded kvphase-sweep run (CSV or JSON) into one output.", "kvphase-merge"};
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
       else if (out.size() >= 4 && out.ends_with(".csv")) format = "csv";
       else format = first_is_json ? "json" : "csv";
     }
-    const std::string text = kvphase::io::sweep_text(merged, format);
+    const std::string text =
+        kvphase::io::sweep_text(merged, kvphase::stats::summarize(merged.models, merged.analysis), format);
     if (out.empty()) {
       std::cout << text << std::flush;
     } else {

@@ -10,20 +10,20 @@
 // the same bytes (provenance aside) as one run. Bad flags or values exit with status 2.
 //
 // Operators that are not linear in the keys (v4-csa, v4-hca, v41, nsa, paper-ref, --pool max)
-// run every task (needle, kv-pairs, padding) in the general key-space path: --engine key only.
+// run every task (needle, kv-pairs, padding) in the general key-space path; --engine auto (the
+// default) picks the exact score engine where compress::capabilities says it is exact, and the
+// key engine otherwise, and the output names the engine used. The general path applies no RoPE:
+// presets with RoPE need --rope none (a spec is never changed behind the user's back).
+// Every step is a library call: sim::run_sweep, sim::to_output (provenance, run columns, theory
+// column), sim::output_text (stats::summarize, then io).
 
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
 
 #include <kvphase/compress/presets.hpp>
-#include <kvphase/io/provenance.hpp>
-#include <kvphase/io/sweep_format.hpp>
+#include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
-#include <kvphase/theory/padding_task.hpp>
-#include <kvphase/theory/predict.hpp>
-
-#include "sweep_common.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -42,26 +42,28 @@ namespace compress = kvphase::compress;
 
 struct cli_options {
   std::string preset = "mean";
-  index_t window = -1;  // chunk window W (-1: the preset's)
-  index_t stride = -1;  // S (-1: the preset's)
+  std::optional<index_t> window;  // chunk window W (default: the preset's)
+  std::optional<index_t> stride;  // S (default: the preset's)
+  std::string rope;               // none, start, end, centre (default: the preset's)
   std::string pool;    // override of the pool kind (mean, slot-gate, weights)
   std::vector<double> gate_bias;
   std::vector<double> slot_weights;
   double gate_content_std = 0.0;
   index_t raw_window = 0;
   std::string task = "needle";
-  index_t context = 0;  // 0: task default
+  std::optional<index_t> context;  // default: the task's
   index_t dim = 64;
-  index_t key_span = -1, value_span = -1;
+  std::optional<index_t> key_span, value_span;
   double value_key_weight = 1.0;
   double query_noise = 0.0;
-  double logit_scale = -1;
+  std::optional<double> logit_scale;
+  std::optional<double> depth_lo, depth_hi;
   index_t pairs = 16000;
   index_t codes = 64;
-  index_t modulus = 0;
+  std::optional<index_t> modulus;
   index_t pad_min = 24;
-  index_t lengths = 0;
-  std::string engine = "key";
+  std::optional<index_t> lengths;
+  std::string engine = "auto";
   index_t trials = 1000;
   std::uint64_t seed = 1;
   std::uint64_t params_seed = 0;
@@ -78,7 +80,7 @@ compress::operator_spec make_operator(const cli_options& o) {
   compress::operator_spec op;
   const std::string& p = o.preset;
   if (p == "full") {
-    op = {.grid = {.window = 1, .stride = 1}, .pool = compress::pool_kind::identity, .name = "full"};
+    op = compress::full();
   } else if (p == "mean") {
     op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean, .name = "mean"};
   } else if (p == "gated") {
@@ -91,12 +93,13 @@ compress::operator_spec make_operator(const cli_options& o) {
   } else {
     kvphase::fail("preset", p, "must be one of full, mean, gated, v4-csa, v4-hca, v41, nsa, paper-ref");
   }
-  if (o.stride != -1) {
-    op.grid.stride = o.stride;
-    if (o.window == -1 && op.grid.window < o.stride) op.grid.window = o.stride;
-    if (o.window == -1 && (p == "mean" || p == "gated")) op.grid.window = o.stride;
+  if (o.stride) {
+    op.grid.stride = *o.stride;
+    if (!o.window && op.grid.window < *o.stride) op.grid.window = *o.stride;
+    if (!o.window && (p == "mean" || p == "gated")) op.grid.window = *o.stride;
   }
-  if (o.window != -1) op.grid.window = o.window;
+  if (o.window) op.grid.window = *o.window;
+  if (!o.rope.empty()) compress::parse(o.rope, op.rope.anchor);
   if (!o.pool.empty()) {
     if (o.pool == "mean") op.pool = compress::pool_kind::mean;
     else if (o.pool == "slot-gate" || o.pool == "gated") op.pool = compress::pool_kind::slot_gate;
@@ -124,7 +127,7 @@ compress::operator_spec make_operator(const cli_options& o) {
 sim::sweep_config make_config(const cli_options& o) {
   sim::sweep_config c;
   c.op = make_operator(o);
-  c.task = sim::parse_task(o.task);
+  c.task = sim::make_task(o.task);
   c.engine = sim::parse_engine(o.engine);
   c.window = o.raw_window;
   c.trials = o.trials;
@@ -134,40 +137,45 @@ sim::sweep_config make_config(const cli_options& o) {
   c.shard = sim::shard_spec::parse(o.shard);
   c.compute_mass = false;  // the output carries counts only
   const index_t S = c.op.grid.stride;
-  switch (c.task) {
-    case sim::task_kind::needle:
-      c.needle.dim = o.dim;
-      if (o.context > 0) c.needle.context = o.context;
-      if (o.key_span >= 0) c.needle.key_span = o.key_span;
-      if (o.value_span >= 0) c.needle.value_span = o.value_span;
-      c.needle.value_key_weight = o.value_key_weight;
-      c.needle.query_noise = o.query_noise;
-      if (o.logit_scale >= 0) c.needle.logit_scale = o.logit_scale;
-      c.modulus = o.modulus > 0 ? o.modulus : std::max<index_t>(S, 2);
-      break;
-    case sim::task_kind::kv_pairs:
-      c.kv_pairs.dim = o.dim;
-      if (o.context > 0) c.kv_pairs.context = o.context;
-      c.kv_pairs.pairs = o.pairs;
-      c.kv_pairs.codes = o.codes;
-      if (o.key_span >= 0) c.kv_pairs.key_span = o.key_span;
-      if (o.value_span >= 0) c.kv_pairs.value_span = o.value_span;
-      c.kv_pairs.value_key_weight = o.value_key_weight;
-      c.kv_pairs.query_noise = o.query_noise;
-      if (o.logit_scale >= 0) c.kv_pairs.logit_scale = o.logit_scale;
-      c.modulus = o.modulus > 0 ? o.modulus : 8;
-      break;
-    case sim::task_kind::padding:
-      c.padding.dim = o.dim;
-      if (o.context > 0) c.padding.code_length = o.context;
-      if (o.key_span >= 0) c.padding.span_a = o.key_span;
-      if (o.value_span >= 0) c.padding.span_b = o.value_span;
-      c.padding.query_noise = o.query_noise;
-      if (o.logit_scale >= 0) c.padding.logit_scale = o.logit_scale;
-      c.padding.pad_min = o.pad_min;
-      c.padding.lengths = o.lengths > 0 ? o.lengths : 4 * std::max<index_t>(S, 1);
-      kvphase::require(o.modulus == 0, "modulus", o.modulus, "does not apply to the padding task (groups = --lengths)");
-      break;
+  auto set = [](auto& field, const auto& flag) {
+    if (flag) field = *flag;
+  };
+  if (auto* t = c.task.get_if<kvphase::tasks::needle_config>()) {
+    t->dim = o.dim;
+    set(t->context, o.context);
+    set(t->key_span, o.key_span);
+    set(t->value_span, o.value_span);
+    t->value_key_weight = o.value_key_weight;
+    t->query_noise = o.query_noise;
+    set(t->logit_scale, o.logit_scale);
+    set(t->depth_lo, o.depth_lo);
+    set(t->depth_hi, o.depth_hi);
+    c.modulus = o.modulus ? *o.modulus : std::max<index_t>(S, 2);
+  } else if (auto* t = c.task.get_if<kvphase::tasks::kv_pairs_config>()) {
+    t->dim = o.dim;
+    set(t->context, o.context);
+    t->pairs = o.pairs;
+    t->codes = o.codes;
+    set(t->key_span, o.key_span);
+    set(t->value_span, o.value_span);
+    t->value_key_weight = o.value_key_weight;
+    t->query_noise = o.query_noise;
+    set(t->logit_scale, o.logit_scale);
+    set(t->depth_lo, o.depth_lo);
+    set(t->depth_hi, o.depth_hi);
+    c.modulus = o.modulus ? *o.modulus : 8;
+  } else if (auto* t = c.task.get_if<kvphase::tasks::padding_config>()) {
+    t->dim = o.dim;
+    set(t->code_length, o.context);
+    set(t->span_a, o.key_span);
+    set(t->span_b, o.value_span);
+    t->query_noise = o.query_noise;
+    set(t->logit_scale, o.logit_scale);
+    t->pad_min = o.pad_min;
+    t->lengths = o.lengths ? *o.lengths : 4 * std::max<index_t>(S, 1);
+    kvphase::require(!o.modulus, "modulus", o.modulus.value_or(0), "does not apply to the padding task (groups = --lengths)");
+    kvphase::require(!o.depth_lo && !o.depth_hi, "depth-lo", o.depth_lo.value_or(o.depth_hi.value_or(0)),
+                     "does not apply to the padding task (its evidence sits at fixed code offsets)");
   }
   kvphase::require(c.groups() >= 2, "modulus", c.groups(), "needs at least 2 phase groups");
   const index_t period = S >= 2 ? S : c.groups();
@@ -175,64 +183,6 @@ sim::sweep_config make_config(const cli_options& o) {
                    "must be a multiple of the stride " + std::to_string(S) + " (the period tested)");
   c.validate();
   return c;
-}
-
-nlohmann::json config_json(const cli_options& o, const sim::sweep_config& c) {
-  nlohmann::json j;
-  j["preset"] = o.preset;
-  j["operator"] = [&] {
-    std::ostringstream os;
-    os << c.op;
-    return os.str();
-  }();
-  j["chunk_window"] = c.op.grid.window;
-  j["stride"] = c.op.grid.stride;
-  j["pool"] = compress::to_string(c.op.pool);
-  j["gate_bias"] = c.op.slot_bias;
-  j["gate_content_std"] = c.op.content_std;
-  j["raw_window"] = c.window;
-  j["task"] = sim::to_string(c.task);
-  j["task_config"] = c.describe();
-  j["engine"] = sim::to_string(c.engine);
-  j["groups"] = c.groups();
-  j["trials"] = c.trials;
-  j["seed"] = c.seed;
-  j["params_seed"] = c.params_seed;
-  j["threads"] = o.threads;
-  j["shard"] = o.shard;
-  j["format"] = o.format;
-  j["out"] = o.out;
-  j["theory"] = o.theory;
-  return j;
-}
-
-/// The theory column (--theory): per-group predicted recall of the compressed and full models
-/// (theory/predict.hpp), or nothing when the configuration is outside the theory.
-std::optional<std::pair<std::vector<double>, std::vector<double>>> theory_prediction(const sim::sweep_config& c,
-                                                                                      std::string& reason) {
-  if (c.task == sim::task_kind::padding) {  // theory/padding_task.hpp: P(answer A preferred) per length
-    const auto pc = kvphase::theory::predict_padding(c.op, c.padding, c.window);
-    const auto pf = kvphase::theory::predict_padding(
-        {.grid = {.window = 1, .stride = 1}, .pool = kvphase::compress::pool_kind::identity}, c.padding, 0);
-    if (!pc.covered || !pf.covered) {
-      reason = pc.covered ? pf.reason : pc.reason;
-      return std::nullopt;
-    }
-    std::pair<std::vector<double>, std::vector<double>> out;
-    for (const auto& l : pc.lengths) out.first.push_back(l.p_a);
-    for (const auto& l : pf.lengths) out.second.push_back(l.p_a);
-    return out;
-  }
-  if (c.task != sim::task_kind::needle) {
-    reason = "the theory column covers the needle and padding tasks";
-    return std::nullopt;
-  }
-  const auto p = kvphase::theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
-  if (!p.covered) {
-    reason = p.reason;
-    return std::nullopt;
-  }
-  return std::make_pair(p.compressed, p.full);
 }
 
 }  // namespace
@@ -243,13 +193,15 @@ int main(int argc, char** argv) {
   app.add_option("--preset", o.preset, "operator: full, mean, gated, v4-csa, v4-hca, v41, nsa, paper-ref")
       ->capture_default_str();
   app.add_option("--window", o.window, "chunk window W: tokens pooled per entry (default: the preset's)");
+  app.add_option("--rope", o.rope, "RoPE anchor of the entries: none, start, end, centre (default: the preset's; "
+                                   "the sweep engines apply no RoPE, so presets with RoPE need --rope none)");
   app.add_option("--stride", o.stride, "stride S between entries (default: the preset's; mean/gated: 4)");
   app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights, max, identity");
   app.add_option("--gate-bias", o.gate_bias, "slot-gate bias b0,b1,... (one per slot; gated)")->delimiter(',');
   app.add_option("--slot-weights", o.slot_weights, "fixed slot weights w0,w1,... (--pool weights)")->delimiter(',');
   app.add_option("--gate-content-std", o.gate_content_std, "std of random per-token content logits of the gate (gated)");
   app.add_option("--raw-window", o.raw_window, "raw sliding window of the compressed model (tokens)");
-  app.add_option("--task", o.task, "needle, kv-pairs or padding")->capture_default_str();
+  app.add_option("--task", o.task, "needle, kv-pairs, padding (or any registered task)")->capture_default_str();
   app.add_option("--context", o.context, "context tokens N (padding: code length; default 8192 / 131072 / 512)");
   app.add_option("--dim", o.dim, "key dimension d")->capture_default_str();
   app.add_option("--key-span", o.key_span, "tokens of the target key (padding: span of evidence A)");
@@ -257,13 +209,16 @@ int main(int argc, char** argv) {
   app.add_option("--value-key-weight", o.value_key_weight, "K row of value tokens = c * key (induction); default 1");
   app.add_option("--query-noise", o.query_noise, "query = key + sigma * noise");
   app.add_option("--logit-scale", o.logit_scale, "softmax logit scale beta (0: 1/sqrt(d); task default otherwise)");
+  app.add_option("--depth-lo", o.depth_lo, "lowest target depth as a fraction of the context (needle) or of the pairs (kv-pairs); default 0.1");
+  app.add_option("--depth-hi", o.depth_hi, "highest target depth (needle, kv-pairs); default 0.9");
   app.add_option("--pairs", o.pairs, "key-value pairs (kv-pairs)")->capture_default_str();
   app.add_option("--codes", o.codes, "value codebook size (kv-pairs)")->capture_default_str();
   app.add_option("--modulus", o.modulus, "phase groups: target position mod M (default: S; kv-pairs: 8)");
   app.add_option("--pad-min", o.pad_min, "first padding length (padding)")->capture_default_str();
   app.add_option("--lengths", o.lengths, "number of padding lengths (padding; default 4*S)");
   app.add_option("--engine", o.engine,
-                 "key (generate keys) or score (sample scores; exact for Gaussian keys and linear pools)")
+                 "auto (score where exact, else key), key (generate keys) or score (sample scores; exact for "
+                 "Gaussian keys and linear pools)")
       ->capture_default_str();
   app.add_option("--trials", o.trials, "trials per phase group")->capture_default_str();
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
@@ -281,12 +236,7 @@ int main(int argc, char** argv) {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
     kvphase::require(o.format == "csv" || o.format == "json", "format", o.format, "must be csv or json");
     const sim::sweep_config c = make_config(o);
-    std::optional<std::pair<std::vector<double>, std::vector<double>>> theory;
-    if (o.theory) {
-      std::string reason;
-      theory = theory_prediction(c, reason);
-      kvphase::require(theory.has_value(), "theory", "on", "no prediction for this configuration: " + reason);
-    }
+    if (o.theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
     const auto t0 = std::chrono::steady_clock::now();
     bool shown = false;
     sim::sweep_progress progress;
@@ -302,12 +252,13 @@ int main(int argc, char** argv) {
     const auto r = sim::run_sweep(c, progress);
     if (shown) std::fprintf(stderr, "\rkvphase-sweep: %lld trials in %.1f s%30s\n", static_cast<long long>(r.total_trials()), r.seconds, "");
 
-    const auto out = kvphase::examples::to_sweep_output(r, config_json(o, c), argc, argv, theory);
-    const std::string text = kvphase::io::sweep_text(out, o.format);
+    nlohmann::json extra{{"program", "kvphase-sweep"}, {"preset", o.preset}, {"format", o.format}, {"out", o.out}};
+    const auto out = sim::to_output(r, {.extra_config = extra, .argc = argc, .argv = argv, .theory = o.theory});
+    const std::string text = sim::output_text(out, o.format);
     if (o.out.empty()) {
       std::cout << text << std::flush;
     } else {
-      kvphase::examples::write_text_file(o.out, text);
+      sim::write_text_file(o.out, text);
     }
   } catch (const kvphase::error& e) {
     std::cerr << "kvphase-sweep: " << e.what() << "\n";

@@ -16,12 +16,12 @@
 #include "cli_common.hpp"
 
 #include <kvphase/compress/spec.hpp>
-#include <kvphase/io/sweep_format.hpp>
+#include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/stats/summary.hpp>
 #include <kvphase/stats/uniformity.hpp>
-#include <kvphase/theory/padding_task.hpp>
-#include <kvphase/theory/predict.hpp>
 #include <kvphase/theory/straddle.hpp>
+#include <kvphase/theory/sweep_column.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -32,7 +32,6 @@
 #include <string>
 #include <vector>
 
-#include "sweep_common.hpp"
 
 namespace {
 
@@ -42,7 +41,6 @@ namespace io = kvphase::io;
 namespace compress = kvphase::compress;
 namespace theory = kvphase::theory;
 namespace stats = kvphase::stats;
-namespace ex = kvphase::examples;
 
 struct options {
   int finding = 0;  // 0: all
@@ -82,9 +80,7 @@ compress::operator_spec slot_gate(index_t window, index_t stride, std::vector<do
 compress::operator_spec mean_pool(index_t stride) {
   return {.grid = {.window = stride, .stride = stride}, .pool = compress::pool_kind::mean, .name = "mean"};
 }
-compress::operator_spec identity() {
-  return {.grid = {.window = 1, .stride = 1}, .pool = compress::pool_kind::identity, .name = "full"};
-}
+compress::operator_spec identity() { return compress::full(); }
 
 /// Homogeneity of recall inside the residue classes mod P: Pearson chi-square summed over the
 /// classes (pooled rate per class), with Σ (groups in class − 1) degrees of freedom.
@@ -146,28 +142,24 @@ std::string period_text(const period_detection& d) {
 struct sweep_run {
   sim::sweep_result raw;
   io::sweep_result out;
-  std::vector<io::model_summary> summary;
+  std::vector<stats::model_summary> summary;
 };
 
 sweep_run run(const options& o, const std::string& name, const sim::sweep_config& c,
-              const std::optional<ex::theory_columns>& th = std::nullopt, index_t period_override = 0) {
+              const std::optional<theory::sweep_column>& th = std::nullopt, index_t period_override = 0) {
   c.validate();
-  nlohmann::json cfg;
-  cfg["program"] = "paper_findings";
-  cfg["sweep"] = name;
-  cfg["quick"] = o.quick;
-  cfg["sweep_config"] = c.describe();
-  cfg["trials"] = c.trials;
-  cfg["threads"] = o.threads;
   sweep_run r;
   r.raw = sim::run_sweep(c);
-  r.out = ex::to_sweep_output(r.raw, cfg, o.argc, o.argv, th);
-  if (period_override > 0) r.out.analysis.period = period_override;
-  r.summary = io::summarize(r.out);
+  r.out = sim::to_output(r.raw, {.extra_config = {{"program", "paper_findings"}, {"sweep", name}, {"quick", o.quick}},
+                                 .argc = o.argc,
+                                 .argv = o.argv,
+                                 .theory = th.has_value(),
+                                 .period = period_override});
+  r.summary = stats::summarize(r.out.models, r.out.analysis);
   std::filesystem::create_directories(o.out);
   const std::string base = (std::filesystem::path(o.out) / name).string();
-  ex::write_text_file(base + ".csv", io::sweep_text(r.out, "csv"));
-  ex::write_text_file(base + ".json", io::sweep_text(r.out, "json"));
+  sim::write_text_file(base + ".csv", io::sweep_text(r.out, r.summary, "csv"));
+  sim::write_text_file(base + ".json", io::sweep_text(r.out, r.summary, "json"));
   std::printf("  [%s: %lld trials in %.1f s -> %s.csv, %s.json]\n", name.c_str(),
               static_cast<long long>(r.raw.total_trials() * 2), r.raw.seconds, base.c_str(), base.c_str());
   return r;
@@ -203,21 +195,11 @@ void print_gaps(const sweep_run& r) {
   }
 }
 
-std::optional<ex::theory_columns> needle_theory(const sim::sweep_config& c) {
-  const auto p = theory::predict_sweep_needle(c.op, c.needle, c.window, c.groups());
-  if (!p.covered) return std::nullopt;
-  return ex::theory_columns{p.compressed, p.full};
-}
-
-/// P(answer A preferred) per padding length, compressed and full (theory/padding_task.hpp).
-std::optional<ex::theory_columns> padding_theory(const sim::sweep_config& c) {
-  const auto pc = theory::predict_padding(c.op, c.padding, c.window);
-  const auto pf = theory::predict_padding(identity(), c.padding, 0);
-  if (!pc.covered || !pf.covered) return std::nullopt;
-  ex::theory_columns out;
-  for (const auto& l : pc.lengths) out.first.push_back(l.p_a);
-  for (const auto& l : pf.lengths) out.second.push_back(l.p_a);
-  return out;
+/// The theory column of c (theory::predict_sweep_column), or nothing when it is not covered.
+std::optional<theory::sweep_column> theory_of(const sim::sweep_config& c) {
+  auto t = theory::predict_sweep_column(c);
+  if (!t.covered) return std::nullopt;
+  return t;
 }
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
@@ -230,11 +212,8 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 // 1. Padding flip
 sim::sweep_config padding_config(const options& o, const compress::operator_spec& op) {
   sim::sweep_config c;
-  c.task = sim::task_kind::padding;
+  c.task = kvphase::tasks::padding_config{.dim = 32, .pad_min = 24, .lengths = 16};
   c.op = op;
-  c.padding.dim = 32;
-  c.padding.pad_min = 24;
-  c.padding.lengths = 16;
   c.trials = o.quick ? 50 : 1000;
   c.seed = o.seed;
   c.threads = o.threads;
@@ -246,12 +225,8 @@ sim::sweep_config padding_config(const options& o, const compress::operator_spec
 sim::sweep_config needle_config(const options& o, const compress::operator_spec& op, index_t modulus,
                                 index_t key_span = 1) {
   sim::sweep_config c;
-  c.task = sim::task_kind::needle;
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 32, .key_span = key_span, .query_noise = 0.5};
   c.op = op;
-  c.needle.context = 2048;
-  c.needle.dim = 32;
-  c.needle.key_span = key_span;
-  c.needle.query_noise = 0.5;
   c.modulus = modulus;
   c.trials = o.quick ? 200 : 2000;
   c.seed = o.seed;
@@ -294,7 +269,7 @@ void finding_padding(const options& o) {
       "  weight in the pooled entry, the other is diluted ~e^3-fold, so the winner flips every 2 lengths\n"
       "  with period 4. Full attention sees both tokens unpooled and always prefers A.\n");
   const auto c = padding_config(o, slot_gate(4, 4, {0, 0, 3, 3}, 0.0, "v4-like-gate"));
-  const auto r = run(o, "finding1_padding", c, padding_theory(c));
+  const auto r = run(o, "finding1_padding", c, theory_of(c));
   print_table(r, "L", "P(A)");
   const auto fc = count_preferences(r, 0), ff = count_preferences(r, 1);
   std::printf("  compressed: A ('8') preferred at %d of 16 lengths, B ('32') at %d; B wins at L mod 4 in {%s}\n",
@@ -322,10 +297,9 @@ void finding_kv128k(const options& o) {
       "  per-token content logits (std 1); no RMSNorm, no RoPE, no learned projections. Query noise 0.8,\n"
       "  readout softmax beta 1, 64-code value book. Score engine (exact for Gaussian keys).\n");
   sim::sweep_config c;
-  c.task = sim::task_kind::kv_pairs;
+  c.task = kvphase::tasks::kv_pairs_config{.query_noise = 0.8};
   c.engine = sim::engine_kind::score;
   c.op = slot_gate(8, 4, {0, 0, 0, 0, 2, 2, 0, 0}, 1.0, "v4-csa-like");
-  c.kv_pairs.query_noise = 0.8;
   c.modulus = 8;
   c.trials = o.quick ? 50 : 1000;
   c.seed = o.seed;
@@ -364,7 +338,7 @@ void finding_stride(const options& o) {
     bias[0] = 3.0;
     const sim::sweep_config c = needle_config(o, slot_gate(S, S, bias, 0.0, "gated"), 8);
     std::printf("\n  -- S = %lld --\n", static_cast<long long>(S));
-    const auto r = run(o, "finding3_stride" + std::to_string(S), c, needle_theory(c));
+    const auto r = run(o, "finding3_stride" + std::to_string(S), c, theory_of(c));
     print_table(r, "pos mod 8");
     const auto& s = r.summary[0];
     std::printf("  S = %lld: period-%lld harmonic test p %s (compressed), %s (full)\n", static_cast<long long>(S),
@@ -412,18 +386,18 @@ void finding_ablations(const options& o) {
   for (const auto& rw : rows) {
     const sim::sweep_config c = needle_config(o, rw.op, 4, rw.key_span);
     std::printf("\n  -- %s --\n", rw.title.c_str());
-    const auto th = needle_theory(c);
+    const auto th = theory_of(c);
     const auto r = run(o, rw.name, c, th);
     print_table(r, "phase");
     const auto& s = r.summary[0];
     std::printf("  %s: periodic %s (period-4 harmonic test p %s, gap %s pp [%s, %s]); theory gap %s pp",
                 rw.title.c_str(), s.periodicity.p < alpha ? "yes" : "no", fmt_p(s.periodicity.p).c_str(),
                 pp(s.gap.gap).c_str(), pp(s.gap.ci.low).c_str(), pp(s.gap.ci.high).c_str(),
-                th ? pp(*std::max_element(th->first.begin(), th->first.end()) -
-                        *std::min_element(th->first.begin(), th->first.end()))
+                th ? pp(*std::max_element(th->compressed.begin(), th->compressed.end()) -
+                        *std::min_element(th->compressed.begin(), th->compressed.end()))
                          .c_str()
                    : "n/a");
-    if (th) std::printf(", max |measured - theory| %s", fmt(max_abs_diff(s.recall, th->first)).c_str());
+    if (th) std::printf(", max |measured - theory| %s", fmt(max_abs_diff(s.recall, th->compressed)).c_str());
     std::printf("\n");
     verdict += (verdict.empty() ? "" : "; ") + rw.name.substr(9) + " periodic: " + (s.periodicity.p < alpha ? "yes" : "no");
   }
@@ -439,7 +413,7 @@ void finding_control(const options& o) {
       "  attention. Same needle task as finding 3 (8 groups, tested at the V4 period 4) and the same\n"
       "  padding task as finding 1.\n");
   const sim::sweep_config c = needle_config(o, identity(), 8);
-  const auto r = run(o, "finding5_control_needle", c, needle_theory(c), 4);
+  const auto r = run(o, "finding5_control_needle", c, theory_of(c), 4);
   print_table(r, "pos mod 8");
   const auto& s = r.summary[0];
   std::printf("  control needle: gap %s pp [%s, %s], period-4 harmonic test p %s\n", pp(s.gap.gap).c_str(),

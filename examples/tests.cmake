@@ -127,17 +127,17 @@ set_tests_properties(example.guide_theory PROPERTIES LABELS "example;guide"
 # full control on the same inputs (shape checked, not the counts), and the same bytes for 1 vs 2
 # threads and for 2 merged shards.
 add_test(NAME example.sweep_general_kv_pairs
-  COMMAND kvphase-sweep --preset v4-csa --task kv-pairs --context 4096 --pairs 400 --dim 32 --trials 40
+  COMMAND kvphase-sweep --preset v4-csa --rope none --task kv-pairs --context 4096 --pairs 400 --dim 32 --trials 40
           --threads 2 -q)
 set_tests_properties(example.sweep_general_kv_pairs PROPERTIES LABELS "example;sim"
-  PASS_REGULAR_EXPRESSION "model,phase,trials,hits,recall,ci_low,ci_high\ncompressed,0,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+\n.*compressed,7,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+\nfull,0,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+\n.*full,7,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+")
+  PASS_REGULAR_EXPRESSION "model,phase,trials,hits,recall,ci_low,ci_high,[^\n]*\ncompressed,0,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[^\n]*\n.*compressed,7,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[^\n]*\nfull,0,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[^\n]*\n.*full,7,40,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+")
 add_test(NAME example.sweep_general_padding
-  COMMAND kvphase-sweep --preset paper-ref --task padding --dim 32 --trials 30 --threads 2 -q)
+  COMMAND kvphase-sweep --preset paper-ref --rope none --task padding --dim 32 --trials 30 --threads 2 -q)
 set_tests_properties(example.sweep_general_padding PROPERTIES LABELS "example;sim"
-  PASS_REGULAR_EXPRESSION "model,phase,trials,hits,recall,ci_low,ci_high,padding_length\ncompressed,0,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,24\n.*compressed,31,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,55\nfull,0,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,24\n.*full,31,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,55")
+  PASS_REGULAR_EXPRESSION "model,phase,trials,hits,recall,ci_low,ci_high,padding_length,[^\n]*\ncompressed,0,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,24,[^\n]*\n.*compressed,31,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,55,[^\n]*\nfull,0,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,24,[^\n]*\n.*full,31,30,[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,[01]\\.[0-9]+,55")
 add_test(NAME example.sweep_determinism_general_kv-pairs
   COMMAND ${CMAKE_COMMAND} -DPROG=$<TARGET_FILE:kvphase-sweep> -DMERGE=$<TARGET_FILE:kvphase-merge>
-          "-DARGS=--preset;v41;--task;kv-pairs;--context;2048;--pairs;200;--dim;16;--trials;23;--seed;7"
+          "-DARGS=--preset;v41;--rope;none;--task;kv-pairs;--context;2048;--pairs;200;--dim;16;--trials;23;--seed;7"
           -DDIR=${CMAKE_CURRENT_BINARY_DIR}/sweep_determinism_general_kv-pairs
           -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_determinism_check.cmake)
 set_tests_properties(example.sweep_determinism_general_kv-pairs PROPERTIES LABELS "example;sim")

@@ -5,6 +5,7 @@
 #include <kvphase/io/csv.hpp>
 #include <kvphase/io/json.hpp>
 #include <kvphase/io/sweep_format.hpp>
+#include <kvphase/stats/summary.hpp>
 
 #include <clocale>
 #include <sstream>
@@ -14,6 +15,14 @@
 namespace io = kvphase::io;
 
 namespace {
+
+// io writes what kvphase::stats computes: the output of r with its summaries.
+std::string sweep_text(const io::sweep_result& r, std::string_view fmt) {
+  return io::sweep_text(r, kvphase::stats::summarize(r.models, r.analysis), fmt);
+}
+io::ordered_json sweep_json(const io::sweep_result& r) {
+  return io::sweep_to_json(r, kvphase::stats::summarize(r.models, r.analysis));
+}
 // Drops every comment line: the data rows only.
 std::string data_lines(const std::string& csv) {
   std::istringstream in(csv);
@@ -117,19 +126,19 @@ TEST_CASE("sweep format: CSV and JSON round trips keep counts, settings and prov
   const auto r = example_result();
   for (const char* fmt : {"csv", "json"}) {
     INFO(fmt);
-    const std::string text = io::sweep_text(r, fmt);
+    const std::string text = sweep_text(r, fmt);
     const auto back = io::parse_sweep(text, fmt);
     CHECK(back.models == r.models);
     CHECK(back.analysis == r.analysis);
     CHECK(io::to_json(back.prov) == io::to_json(r.prov));
     // Writing what was read gives the same bytes.
-    CHECK(io::sweep_text(back, fmt) == text);
+    CHECK(sweep_text(back, fmt) == text);
   }
-  const std::string csv = io::sweep_text(r, "csv");
+  const std::string csv = sweep_text(r, "csv");
   CHECK(csv.find("\nmodel,phase,trials,hits,recall,ci_low,ci_high,theory\n") != std::string::npos);
   CHECK(csv.find("\ncompressed,1,100,60,0.6000000000,") != std::string::npos);
   CHECK(csv.find("# shard: 0/1\n") != std::string::npos);
-  const auto j = io::sweep_to_json(r);
+  const auto j = sweep_json(r);
   const auto& m = j["models"][0];
   for (const char* k : {"gap", "gap_ci_low", "gap_ci_high", "uniformity_p", "period", "period_p"}) CHECK(m.contains(k));
   CHECK(m["period"] == 4);
@@ -143,7 +152,7 @@ TEST_CASE("sweep format: CSV and JSON round trips keep counts, settings and prov
   CHECK(j["provenance"]["seed"] == 42);
   CHECK(j["provenance"]["config"]["task"] == "needle");
   // The statistics agree with the stats module called directly.
-  const auto s = io::summarize(r.models[0], r.analysis);
+  const auto s = kvphase::stats::summarize(r.models[0], r.analysis);
   CHECK(m["period_p"].get<double>() == s.periodicity.p);
   CHECK(m["phases"][1]["ci_low"].get<double>() == s.ci[1].low);
 }
@@ -154,8 +163,8 @@ TEST_CASE("sweep format: identical counts give identical bytes apart from proven
   b.prov = io::make_provenance({{"task", "needle"}, {"stride", 4}}, 42, 7);
   b.prov.date = "2000-01-01T00:00:00Z";
   b.prov.command_line = "another command";
-  CHECK(without_provenance(io::sweep_text(a, "csv")) == without_provenance(io::sweep_text(b, "csv")));
-  auto ja = io::sweep_to_json(a), jb = io::sweep_to_json(b);
+  CHECK(without_provenance(sweep_text(a, "csv")) == without_provenance(sweep_text(b, "csv")));
+  auto ja = sweep_json(a), jb = sweep_json(b);
   ja.erase("provenance");
   jb.erase("provenance");
   CHECK(ja.dump() == jb.dump());
@@ -164,21 +173,21 @@ TEST_CASE("sweep format: identical counts give identical bytes apart from proven
 TEST_CASE("sweep format: bad inputs are rejected with the field named", "[io][sweep]") {
   auto r = example_result();
   r.models[1].model = "compressed";
-  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("appears twice"));
+  CHECK_THROWS_WITH(sweep_text(r, "csv"), Catch::Contains("appears twice"));
   r = example_result();
   r.models[0].hits[3] = 101;
-  CHECK_THROWS_WITH(io::sweep_text(r, "json"), Catch::Contains("hits[3]"));
+  CHECK_THROWS_WITH(sweep_text(r, "json"), Catch::Contains("hits[3]"));
   r = example_result();
   r.analysis.period = 3;
-  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("analysis.period"));
+  CHECK_THROWS_WITH(sweep_text(r, "csv"), Catch::Contains("analysis.period"));
   r = example_result();
   r.models[0].trials.pop_back();
-  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("trials.size()"));
+  CHECK_THROWS_WITH(sweep_text(r, "csv"), Catch::Contains("trials.size()"));
   r = example_result();
-  CHECK_THROWS_WITH(io::sweep_text(r, "xml"), Catch::Contains("format = xml"));
+  CHECK_THROWS_WITH(sweep_text(r, "xml"), Catch::Contains("format = xml"));
   r.models[1].extra[0].name = "other";
-  CHECK_THROWS_WITH(io::sweep_text(r, "csv"), Catch::Contains("extra column"));
-  const std::string csv = io::sweep_text(example_result(), "csv");
+  CHECK_THROWS_WITH(sweep_text(r, "csv"), Catch::Contains("extra column"));
+  const std::string csv = sweep_text(example_result(), "csv");
   std::string dup = csv + "full,3,10,5,0.5,0.2,0.8,0.9\n";
   CHECK_THROWS_WITH(io::parse_sweep(dup, "d.csv"), Catch::Contains("d.csv row") && Catch::Contains("twice"));
   std::string nofmt = csv;
@@ -190,20 +199,20 @@ TEST_CASE("sweep format: bad inputs are rejected with the field named", "[io][sw
 
 TEST_CASE("merge: shards sum to the single run exactly", "[io][merge]") {
   const auto whole = example_result();
-  const std::string single = io::sweep_text(whole, "csv");
+  const std::string single = sweep_text(whole, "csv");
   for (std::int64_t n : {1, 2, 3}) {
     auto shards = split(whole, n);
     // Read back from text, in shuffled order, mixing CSV and JSON inputs.
     std::vector<io::sweep_result> parsed;
     for (std::int64_t s = n - 1; s >= 0; --s)
-      parsed.push_back(io::parse_sweep(io::sweep_text(shards[static_cast<std::size_t>(s)], s % 2 ? "json" : "csv")));
+      parsed.push_back(io::parse_sweep(sweep_text(shards[static_cast<std::size_t>(s)], s % 2 ? "json" : "csv")));
     const auto merged = io::merge_shards(parsed);
     CHECK(merged.models == whole.models);
     CHECK(merged.prov.shard_count == 1);
     CHECK(merged.prov.merged_from == n);
-    CHECK(data_lines(io::sweep_text(merged, "csv")) == data_lines(single));
-    CHECK(without_provenance(io::sweep_text(merged, "csv")) == without_provenance(single));
-    auto jm = io::sweep_to_json(merged), js = io::sweep_to_json(whole);
+    CHECK(data_lines(sweep_text(merged, "csv")) == data_lines(single));
+    CHECK(without_provenance(sweep_text(merged, "csv")) == without_provenance(single));
+    auto jm = sweep_json(merged), js = sweep_json(whole);
     jm.erase("provenance");
     js.erase("provenance");
     CHECK(jm.dump() == js.dump());

@@ -110,7 +110,8 @@ TEST_CASE("general path: materialised keys are the key engine's keys", "[sim][ge
 TEST_CASE("general model: buffered compressor equals compress::compress, entry scores q_c . C_e", "[sim][general]") {
   const index_t d = 16;
   std::vector<compress::operator_spec> ops{
-      compress::v4_csa(), compress::v4_hca(), compress::v41(), compress::nsa(), compress::paper_ref(),
+      kvphase::test::without_rope(compress::v4_csa()), kvphase::test::without_rope(compress::v4_hca()),
+      kvphase::test::without_rope(compress::v41()), compress::nsa(), kvphase::test::without_rope(compress::paper_ref()),
       {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::max},
       {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
       {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
@@ -161,17 +162,19 @@ TEST_CASE("general model: buffered compressor equals compress::compress, entry s
       for (index_t i = 0; i < 3; ++i) CHECK(b.entry[static_cast<std::size_t>(ref.rows() + i)] == s[static_cast<std::size_t>(N - 3 + i)]);
     }
   }
-  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), d, -1, 0), Catch::Contains("window"));
-  auto two = compress::v4_csa();
+  CHECK_THROWS_WITH(sim::general_model(kvphase::test::without_rope(compress::v4_csa()), d, -1, 0), Catch::Contains("window"));
+  // RoPE is refused, never silently dropped
+  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), d, 0, 0), Catch::Contains("op.rope.anchor = start"));
+  auto two = kvphase::test::without_rope(compress::v4_csa());
   two.heads = 2;
   CHECK_THROWS_WITH(sim::general_model(two, d, 0, 0), Catch::Contains("heads"));
 }
 
 TEST_CASE("general path: kv-pairs and padding for learned-projection presets, deterministic", "[sim][general][determinism]") {
   for (const char* name : {"v4_csa", "paper_ref", "nsa"}) {  // v41: ctest example.sweep_determinism_general_kv-pairs
-    for (auto t : {sim::task_kind::kv_pairs, sim::task_kind::padding}) {
+    for (auto t : {"kv-pairs", "padding"}) {
       auto c = kvphase::test::small_general_sweep(t, compress::preset(name));
-      INFO(name << " " << sim::to_string(t));
+      INFO(name << " " << t);
       REQUIRE(c.general());
       REQUIRE_NOTHROW(c.validate());
       c.threads = 1;
@@ -181,7 +184,7 @@ TEST_CASE("general path: kv-pairs and padding for learned-projection presets, de
       REQUIRE(one.compressed.size() == one.labels.size());
       REQUIRE(one.full.size() == one.labels.size());
       for (std::size_t g = 0; g < one.labels.size(); ++g) {
-        CHECK(one.labels[g] == (t == sim::task_kind::padding ? c.padding.pad_min + static_cast<index_t>(g) : static_cast<index_t>(g)));
+        CHECK(one.labels[g] == (std::string_view(t) == "padding" ? c.task.get<kvphase::tasks::padding_config>().pad_min + static_cast<index_t>(g) : static_cast<index_t>(g)));
         for (const auto* m : {&one.compressed[g], &one.full[g]}) {
           CHECK(m->trials == c.trials);
           CHECK(m->hits >= 0);
@@ -189,7 +192,7 @@ TEST_CASE("general path: kv-pairs and padding for learned-projection presets, de
           CHECK(std::isfinite(m->mean_margin()));
           CHECK(m->mean_mass() >= 0.0);
           CHECK(m->mean_mass() <= 1.0);
-          if (t == sim::task_kind::padding) CHECK(std::abs(m->mean_margin()) <= 1.0);
+          if (std::string_view(t) == "padding") CHECK(std::abs(m->mean_margin()) <= 1.0);
         }
       }
       c.threads = 2;
@@ -230,21 +233,21 @@ TEST_CASE("general path: an operator equal to mean pooling gives the linear mean
       {{.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
        {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::mean}}};
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
-    for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
-      if (ci == 1 && t == sim::task_kind::needle) continue;
+    for (auto t : {"needle", "kv-pairs", "padding"}) {
+      if (ci == 1 && std::string_view(t) == "needle") continue;
       auto g = kvphase::test::small_general_sweep(t, cases[ci].general);
       // harder settings than the determinism runs, so that recall is neither 0 nor 1
-      g.needle = {.context = 1024, .dim = 16, .key_span = 2, .value_span = 1, .query_noise = 0.7};
-      g.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16, .query_noise = 0.5};
-      g.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10,
-                   .offset_b = 61, .strength_b = 0.9, .query_noise = 0.3};
-      g.trials = t == sim::task_kind::padding ? 250 : 300;
-      g.modulus = 4;
+      g.task = kvphase::test::pick_task(t, {.context = 1024, .dim = 16, .key_span = 2, .value_span = 1, .query_noise = 0.7},
+                                        {.context = 2048, .dim = 16, .pairs = 200, .codes = 16, .query_noise = 0.5},
+                                        {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10,
+                                         .offset_b = 61, .strength_b = 0.9, .query_noise = 0.3});
+      g.trials = std::string_view(t) == "padding" ? 250 : 300;
+      g.modulus = std::string_view(t) == "padding" ? 0 : 4;
       auto l = g;
       l.op = cases[ci].linear;
       REQUIRE(g.general());
       REQUIRE_FALSE(l.general());
-      INFO("case " << ci << " task " << sim::to_string(t));
+      INFO("case " << ci << " task " << t);
       const auto a = collect(g), b = collect(l);
       double spread_c = 0;
       for (std::size_t k = 0; k < a.comp.size(); ++k) {
@@ -265,7 +268,7 @@ TEST_CASE("general path: an operator equal to mean pooling gives the linear mean
 
 TEST_CASE("general path: padding preference and margin per length with a flat full control", "[sim][general][phase]") {
   for (const char* name : {"v4_csa", "paper_ref"}) {
-    auto c = kvphase::test::small_general_sweep(sim::task_kind::padding, compress::preset(name));
+    auto c = kvphase::test::small_general_sweep("padding", compress::preset(name));
     c.trials = 60;
     c.threads = 2;
     INFO(name);
@@ -297,15 +300,15 @@ TEST_CASE("general path: padding preference and margin per length with a flat fu
 }
 
 TEST_CASE("general path: what stays unsupported is named", "[sim][general][errors]") {
-  auto c = kvphase::test::small_general_sweep(sim::task_kind::kv_pairs, compress::v4_csa());
+  auto c = kvphase::test::small_general_sweep("kv-pairs", compress::v4_csa());
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine") && Catch::Contains("score") && Catch::Contains("v4_csa"));
   c.engine = sim::engine_kind::key;
   c.op.heads = 2;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
   // an operator whose first entry needs more tokens than the context holds
-  auto k = kvphase::test::small_general_sweep(sim::task_kind::kv_pairs, compress::v4_hca());
-  k.kv_pairs.context = 100;
-  k.kv_pairs.pairs = 2;
+  auto k = kvphase::test::small_general_sweep("kv-pairs", compress::v4_hca());
+  k.task.get<kvphase::tasks::kv_pairs_config>().context = 100;
+  k.task.get<kvphase::tasks::kv_pairs_config>().pairs = 2;
   CHECK_THROWS_WITH(k.validate(), Catch::Contains("context") && Catch::Contains("complete entry"));
 }

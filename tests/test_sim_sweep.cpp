@@ -250,7 +250,7 @@ TEST_CASE("kv_pairs layout: ordered, disjoint, inside the context, target at its
 
 
 TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[sim][determinism]") {
-  for (auto t : {sim::task_kind::needle, sim::task_kind::kv_pairs, sim::task_kind::padding}) {
+  for (auto t : {"needle", "kv-pairs", "padding"}) {
     for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) {
       auto c = kvphase::test::small_sweep(t, e);
       INFO(c);
@@ -283,7 +283,7 @@ TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[
 TEST_CASE("sweep: key-space and score-space engines agree per phase (5-sigma)", "[sim][engines]") {
   for (int variant = 0; variant < 2; ++variant) {
     sim::sweep_config c;
-    c.needle = {.context = 1024, .dim = 32};
+    c.task = kvphase::tasks::needle_config{.context = 1024, .dim = 32};
     c.trials = 1500;
     c.seed = 9;
     if (variant == 1) {
@@ -312,7 +312,7 @@ TEST_CASE("sweep: key-space and score-space engines agree per phase (5-sigma)", 
 TEST_CASE("sweep: known answers (flat full control, gate bias makes one phase strong)", "[sim][phase]") {
   // Single-token needle, mean pooling W = S: recall is phase-invariant for both models.
   sim::sweep_config c;
-  c.needle = {.context = 2048, .dim = 32};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 32};
   c.trials = 400;
   c.engine = sim::engine_kind::score;
   auto r = sim::run_sweep(c);
@@ -326,7 +326,7 @@ TEST_CASE("sweep: known answers (flat full control, gate bias makes one phase st
   for (std::size_t g = 0; g < 4; ++g) CHECK(r.full[g].hits >= 0.97 * r.full[g].trials);
   // Padding: full attention prefers A (stronger match) at every length.
   sim::sweep_config p;
-  p.task = sim::task_kind::padding;
+  p.task = kvphase::tasks::padding_config{};
   p.trials = 50;
   p.engine = sim::engine_kind::score;
   p.op = c.op;
@@ -357,13 +357,13 @@ TEST_CASE("sweep: invalid configurations throw naming the parameter", "[sim][err
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine"));
   c = {};
-  c.needle.dim = 0;
+  c.task.get<kvphase::tasks::needle_config>().dim = 0;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("dim"));
   c = {};
-  c.needle.query_noise = std::nan("");
+  c.task.get<kvphase::tasks::needle_config>().query_noise = std::nan("");
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("query_noise"));
   CHECK_THROWS_WITH(sim::parse_engine("fast"), Catch::Contains("engine"));
-  CHECK_THROWS_WITH(sim::parse_task("haystack"), Catch::Contains("task"));
+  CHECK_THROWS_WITH(sim::make_task("haystack"), Catch::Contains("task"));
   CHECK_THROWS_WITH(sim::shard_spec::parse("3/2"), Catch::Contains("shard"));
   CHECK_THROWS_WITH(sim::shard_spec::parse("1-2"), Catch::Contains("shard"));
   CHECK_THROWS_WITH(sim::shard_spec::parse("/2"), Catch::Contains("shard"));
@@ -382,7 +382,7 @@ TEST_CASE("sweep: invalid configurations throw naming the parameter", "[sim][err
 
 TEST_CASE("sweep: general key-space path for operators that are not linear in the keys", "[sim][general]") {
   sim::sweep_config c;
-  c.needle = {.context = 512, .dim = 16, .key_span = 2};
+  c.task = kvphase::tasks::needle_config{.context = 512, .dim = 16, .key_span = 2};
   c.trials = 30;
   c.seed = 3;
   // max pooling over W = S = 1 is the identity: the compressed model is full attention
@@ -394,6 +394,8 @@ TEST_CASE("sweep: general key-space path for operators that are not linear in th
   // presets with learned projections run, deterministically for any thread count / shard split
   for (const char* name : {"v4_csa", "v41", "paper_ref"}) {
     c.op = compress::preset(name);
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("op.rope.anchor"));  // no silent RoPE removal
+    c.op.rope.anchor = compress::rope_anchor::none;
     c.modulus = 8;
     INFO(name);
     c.threads = 1;

@@ -17,13 +17,13 @@ namespace {
 
 sim::sweep_config padding_sweep(const compress::operator_spec& op, index_t window) {
   sim::sweep_config c;
-  c.task = sim::task_kind::padding;
+  c.task = kvphase::tasks::padding_config{};
   c.engine = sim::engine_kind::score;  // exact for iid Gaussian keys and linear pools (sim/linear_model.hpp)
-  c.padding.code_length = 320;
-  c.padding.offset_a = 64;
-  c.padding.offset_b = 194;  // ≡ offset_a + 2 (mod 4 and mod 8)
-  c.padding.pad_min = 24;
-  c.padding.lengths = 8;     // two periods of S = 4
+  c.task.get<kvphase::tasks::padding_config>().code_length = 320;
+  c.task.get<kvphase::tasks::padding_config>().offset_a = 64;
+  c.task.get<kvphase::tasks::padding_config>().offset_b = 194;  // ≡ offset_a + 2 (mod 4 and mod 8)
+  c.task.get<kvphase::tasks::padding_config>().pad_min = 24;
+  c.task.get<kvphase::tasks::padding_config>().lengths = 8;     // two periods of S = 4
   c.op = op;
   c.window = window;
   c.trials = 1500;
@@ -42,7 +42,7 @@ struct comparison {
 // (σ = 0, one entry per span), so the only differences are sampling error and float rounding.
 comparison compare(const sim::sweep_config& c, const std::string& label) {
   comparison out;
-  out.pred = theory::predict_padding(c.op, c.padding, c.window);
+  out.pred = theory::predict_padding(c.op, c.task.get<kvphase::tasks::padding_config>(), c.window);
   REQUIRE(out.pred.covered);
   const auto res = sim::run_sweep(c);
   REQUIRE(res.compressed.size() == out.pred.lengths.size());
@@ -103,7 +103,7 @@ TEST_CASE("theory: padding flip prediction matches the sweep's padding task", "[
                             .slot_weights = {0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.3}},
                            0);
     c.engine = sim::engine_kind::key;
-    c.padding.dim = 32;
+    c.task.get<kvphase::tasks::padding_config>().dim = 32;
     c.trials = 800;
     const auto r = compare(c, "key engine W=S=8 weights");
     CHECK(r.bad == 0);

@@ -18,7 +18,7 @@ int compare(const sim::sweep_config& c, double bound, const std::string& label) 
   theory::gate_options go;
   go.gate_samples = 64;
   go.grid_points = 401;
-  const auto pred = theory::predict_sweep_needle(c.op, c.needle, c.window, c.modulus, {}, go);
+  const auto pred = theory::predict_sweep_needle(c.op, c.task.get<kvphase::tasks::needle_config>(), c.window, c.modulus, {}, go);
   REQUIRE(pred.covered);
   const auto res = sim::run_sweep(c);
   int bad = 0;
@@ -53,12 +53,12 @@ int compare(const sim::sweep_config& c, double bound, const std::string& label) 
 
 TEST_CASE("theory: predictions match the sweep engine on shared configurations", "[theory]") {
   sim::sweep_config c;
-  c.task = sim::task_kind::needle;
+  c.task = kvphase::tasks::needle_config{};
   c.engine = sim::engine_kind::key;
   c.trials = 1500;
   c.threads = 1;
   c.seed = 5;
-  c.needle = {.context = 2048, .dim = 32};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 32};
 
   // peaked fixed weights, W = S = 4 (exact)
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::weights, .slot_weights = {0.05, 1, 0.05, 0.05}};
@@ -66,36 +66,36 @@ TEST_CASE("theory: predictions match the sweep engine on shared configurations",
 
   // uniform mean, key span 2 + value span 1 (c = 1), modulus 8 (two periods), noisy query
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean};
-  c.needle = {.context = 2048, .dim = 12, .key_span = 2, .value_span = 1, .query_noise = 0.5};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 12, .key_span = 2, .value_span = 1, .query_noise = 0.5};
   c.modulus = 8;
   CHECK(compare(c, 0.0, "W=S=4 mean k=2+1 snr=4 modulus 8") == 0);
   c.modulus = 0;
 
   // slot gate without content logits, value tokens with zero key (c = 0)
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::slot_gate, .slot_bias = {2, 0, 0, 0}};
-  c.needle = {.context = 2048, .dim = 40, .key_span = 1, .value_span = 2, .value_key_weight = 0.0};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 40, .key_span = 1, .value_span = 2, .value_key_weight = 0.0};
   CHECK(compare(c, 0.0, "gate b=(2,0,0,0) k=1+2 c=0") == 0);
 
   // overlapping windows W = 8, S = 4 (local exact + Markov far field)
   c.op = {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::mean};
-  c.needle = {.context = 1024, .dim = 32};
+  c.task = kvphase::tasks::needle_config{.context = 1024, .dim = 32};
   CHECK(compare(c, theory::overlap_approximation_bound(c.op), "W=8 S=4 mean") == 0);
 
   // a raw window of 64 tokens as extra independent items (approximation, see predict.hpp)
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::weights, .slot_weights = {0.05, 1, 0.05, 0.05}};
-  c.needle = {.context = 2048, .dim = 40};
+  c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 40};
   c.window = 64;
   CHECK(compare(c, 0.0, "W=S=4 peaked raw window 64") == 0);
 }
 
 TEST_CASE("theory: content-gated sweep prediction against the sweep engine", "[theory]") {
   sim::sweep_config c;
-  c.task = sim::task_kind::needle;
+  c.task = kvphase::tasks::needle_config{};
   c.engine = sim::engine_kind::key;
   c.trials = 1500;
   c.threads = 1;
   c.seed = 6;
-  c.needle = {.context = 1024, .dim = 24};
+  c.task = kvphase::tasks::needle_config{.context = 1024, .dim = 24};
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::slot_gate, .slot_bias = {0, 2, 0, 0},
           .content_std = 1.0};
   CHECK(compare(c, 0.0, "gate b=(0,2,0,0) tau=1") == 0);

@@ -2,22 +2,39 @@
 // Small sweep configurations shared by the sim tests (determinism, general path, golden values).
 // The golden values in tests/data/golden_sim.json are recorded from these: changing one changes
 // them (regenerate as tests/test_sim_golden.cpp says).
+#include <string_view>
+
 #include <kvphase/compress/spec.hpp>
 #include <kvphase/sim/sweep.hpp>
 
 namespace kvphase::test {
 
+/// op with its RoPE anchor set to none (the general key-space path applies no RoPE and refuses
+/// a spec that asks for it).
+inline compress::operator_spec without_rope(compress::operator_spec op) {
+  op.rope.anchor = compress::rope_anchor::none;
+  return op;
+}
+
+/// The task named t ("needle", "kv-pairs" or "padding") from the three configs.
+inline tasks::any_task pick_task(std::string_view t, const tasks::needle_config& n, const tasks::kv_pairs_config& k,
+                                 const tasks::padding_config& p) {
+  if (t == "needle") return n;
+  if (t == "kv-pairs") return k;
+  if (t == "padding") return p;
+  fail("task", std::string(t), "must be needle, kv-pairs or padding");
+}
+
 /// Every task on a linear engine: a slot gate with content logits (W = 8, S = 4) and a raw window
 /// of 8 tokens, d = 16, 24 trials per group.
-inline sim::sweep_config small_sweep(sim::task_kind t, sim::engine_kind e) {
+inline sim::sweep_config small_sweep(std::string_view t, sim::engine_kind e) {
   sim::sweep_config c;
-  c.task = t;
+  c.task = pick_task(t, {.context = 512, .dim = 16, .key_span = 2, .value_span = 1},
+                     {.context = 2048, .dim = 16, .pairs = 200, .codes = 16},
+                     {.code_length = 96, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 31});
   c.engine = e;
   c.trials = 24;
   c.seed = 42;
-  c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
-  c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-  c.padding = {.code_length = 96, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 31};
   c.op = {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::slot_gate,
           .slot_bias = {0, 1, 2, 0, 0, 1, 0, 0}, .content_std = 0.5};
   c.window = 8;
@@ -25,18 +42,18 @@ inline sim::sweep_config small_sweep(sim::task_kind t, sim::engine_kind e) {
 }
 
 /// A task on the general key-space path for operator op (parameters from params_seed 5), modulus
-/// 8, a raw window of 4 tokens, d = 16, 12 trials per group.
-inline sim::sweep_config small_general_sweep(sim::task_kind t, const compress::operator_spec& op) {
+/// 8 (padding: its 8 lengths), a raw window of 4 tokens, d = 16, 12 trials per group. The general path applies no RoPE:
+/// op's rope anchor is set to none here, explicitly (a spec with RoPE is refused by the sweep).
+inline sim::sweep_config small_general_sweep(std::string_view t, compress::operator_spec op) {
   sim::sweep_config c;
-  c.task = t;
-  c.op = op;
+  c.task = pick_task(t, {.context = 512, .dim = 16, .key_span = 2, .value_span = 1},
+                     {.context = 2048, .dim = 16, .pairs = 200, .codes = 16},
+                     {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 61});
+  c.op = without_rope(op);
   c.trials = 12;
   c.seed = 17;
   c.params_seed = 5;
-  c.needle = {.context = 512, .dim = 16, .key_span = 2, .value_span = 1};
-  c.kv_pairs = {.context = 2048, .dim = 16, .pairs = 200, .codes = 16};
-  c.padding = {.code_length = 160, .dim = 16, .pad_min = 5, .lengths = 8, .offset_a = 10, .offset_b = 61};
-  c.modulus = 8;
+  c.modulus = t == "padding" ? 0 : 8;  // padding: the groups are the lengths
   c.window = 4;
   return c;
 }

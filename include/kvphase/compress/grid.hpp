@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/fields.hpp"
 #include "kvphase/core/types.hpp"
 
 namespace kvphase::compress {
@@ -34,6 +36,16 @@ enum class visibility_policy { complete, running_partial };
 inline const char* to_string(grid_convention c) noexcept { return c == grid_convention::v4 ? "v4" : "nsa"; }
 inline const char* to_string(visibility_policy v) noexcept {
   return v == visibility_policy::complete ? "complete" : "running_partial";
+}
+inline void parse(std::string_view s, grid_convention& out) {
+  if (s == "v4") out = grid_convention::v4;
+  else if (s == "nsa") out = grid_convention::nsa;
+  else fail("grid.convention", std::string(s), "must be v4 or nsa");
+}
+inline void parse(std::string_view s, visibility_policy& out) {
+  if (s == "complete") out = visibility_policy::complete;
+  else if (s == "running_partial") out = visibility_policy::running_partial;
+  else fail("grid.visibility", std::string(s), "must be complete or running_partial");
 }
 
 /// Inclusive range of absolute token positions [first, last].
@@ -154,11 +166,16 @@ struct chunk_grid {
     return k;
   }
 
-  friend std::ostream& operator<<(std::ostream& os, const chunk_grid& g) {
-    return os << "chunk_grid{window=" << g.window << ", stride=" << g.stride << ", origin=" << g.origin
-              << ", convention=" << to_string(g.convention) << ", visibility=" << to_string(g.visibility)
-              << "}";
+  /// The field list (core/fields.hpp): printing, JSON, equality and the stream key.
+  template <class V>
+  void visit_fields(V&& v) {
+    v("window", window);
+    v("stride", stride);
+    v("origin", origin);
+    v("convention", convention);
+    v("visibility", visibility);
   }
+  friend std::ostream& operator<<(std::ostream& os, const chunk_grid& g) { return fields::print(os, g, "chunk_grid"); }
   friend bool operator==(const chunk_grid&, const chunk_grid&) = default;
 };
 

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/position.hpp"
 #include "kvphase/compress/spec.hpp"
@@ -527,8 +528,9 @@ struct engine {
       : spec(&s), p(&prm), g(s.head_grid(head)), d(d_), c(prm.output_dim(s, d_)), W(s.grid.window),
         S(s.grid.stride) {
     const pool_kind k = s.pool;
-    linear = k == pool_kind::identity || k == pool_kind::mean || k == pool_kind::weights ||
-             (k == pool_kind::slot_gate && prm.content_u.size() == 0 && prm.slot_u.size() == 0);
+    // the fixed-weight fast path: a pool linear in its tokens (capabilities) whose gate has no
+    // content-logit parameters
+    linear = capabilities(s).linear && prm.content_u.size() == 0 && prm.slot_u.size() == 0;
     if (linear) {
       const auto w = s.linear_slot_weights(0);
       w_full.assign(w.begin(), w.end());

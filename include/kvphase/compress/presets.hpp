@@ -87,11 +87,6 @@ inline operator_spec paper_ref() {
                        .separate_kv = true};
 }
 
-/// Full attention as a degenerate grid: every token is its own entry.
-inline operator_spec full() {
-  return operator_spec{.grid = {.window = 1, .stride = 1}, .pool = pool_kind::identity, .name = "full"};
-}
-
 /// Names accepted by preset().
 inline constexpr std::array<std::string_view, 6> preset_names{"v4_csa", "v4_hca", "v41", "nsa", "paper_ref", "full"};
 

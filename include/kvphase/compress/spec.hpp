@@ -13,10 +13,12 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/fields.hpp"
 #include "kvphase/core/types.hpp"
 
 namespace kvphase::compress {
@@ -46,6 +48,15 @@ inline const char* to_string(pool_kind k) noexcept {
   }
   return "?";
 }
+inline void parse(std::string_view s, pool_kind& out) {
+  for (pool_kind k : {pool_kind::identity, pool_kind::mean, pool_kind::max, pool_kind::weights, pool_kind::slot_gate,
+                      pool_kind::channel_gate, pool_kind::two_stream, pool_kind::mlp})
+    if (s == to_string(k)) {
+      out = k;
+      return;
+    }
+  fail("pool", std::string(s), "must be identity, mean, max, weights, slot_gate, channel_gate, two_stream or mlp");
+}
 
 /// Position given to a compressed entry for RoPE.
 enum class rope_anchor { none, start, end, centre };
@@ -59,6 +70,13 @@ inline const char* to_string(rope_anchor a) noexcept {
   }
   return "?";
 }
+inline void parse(std::string_view s, rope_anchor& out) {
+  if (s == "none") out = rope_anchor::none;
+  else if (s == "start") out = rope_anchor::start;
+  else if (s == "end") out = rope_anchor::end;
+  else if (s == "centre" || s == "center") out = rope_anchor::centre;
+  else fail("rope.anchor", std::string(s), "must be none, start, end or centre");
+}
 
 /// RoPE applied to compressed entries (and, in attention models, to raw keys and queries).
 struct rope_config {
@@ -70,6 +88,13 @@ struct rope_config {
     require(rope_dim >= 0 && rope_dim % 2 == 0, "rope.rope_dim", rope_dim, "must be even and >= 0");
     if (dim >= 0) require(rope_dim <= dim, "rope.rope_dim", rope_dim, "must be <= the channel count");
   }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("anchor", anchor);
+    v("theta", theta);
+    v("rope_dim", rope_dim);
+  }
+  friend std::ostream& operator<<(std::ostream& os, const rope_config& r) { return fields::print(os, r, "rope_config"); }
 };
 
 /// One chunked compression operator.
@@ -139,14 +164,6 @@ struct operator_spec {
     return g;
   }
 
-  /// True when the pooled entry is a fixed linear combination of its tokens (independent of
-  /// content): identity, mean, weights, slot_gate with τ = 0. These admit the score-space engine
-  /// and the exact Gaussian theory.
-  [[nodiscard]] bool is_content_independent_linear() const noexcept {
-    return pool == pool_kind::identity || pool == pool_kind::mean || pool == pool_kind::weights ||
-           (pool == pool_kind::slot_gate && content_std == 0.0);
-  }
-
   /// Slot weights of a content-independent linear pool for an entry with `masked` leading slots
   /// masked (renormalised over the unmasked ones). Length W; masked slots get 0.
   [[nodiscard]] std::vector<double> linear_slot_weights(index_t masked = 0) const {
@@ -174,24 +191,32 @@ struct operator_spec {
     return w;
   }
 
-  friend std::ostream& operator<<(std::ostream& os, const operator_spec& s) {
-    os << "operator_spec{name=" << (s.name.empty() ? "-" : s.name) << ", " << s.grid
-       << ", pool=" << to_string(s.pool);
-    auto list = [&](const char* n, const auto& v) {
-      if (v.empty()) return;
-      os << ", " << n << "=[";
-      for (std::size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
-      os << "]";
-    };
-    list("slot_weights", s.slot_weights);
-    list("slot_bias", s.slot_bias);
-    os << ", content_std=" << s.content_std << ", rmsnorm=" << (s.rmsnorm ? "true" : "false")
-       << ", rope=" << to_string(s.rope.anchor) << "/theta=" << s.rope.theta << "/dim=" << s.rope.rope_dim
-       << ", heads=" << s.heads;
-    list("head_offsets", s.head_offsets);
-    if (s.separate_kv) os << ", separate_kv=true";
-    return os << "}";
+  /// The field list (core/fields.hpp): printing, JSON, equality and the stream key.
+  template <class V>
+  void visit_fields(V&& v) {
+    v("name", name);
+    v("grid", grid);
+    v("pool", pool);
+    v("slot_weights", slot_weights);
+    v("slot_bias", slot_bias);
+    v("content_std", content_std);
+    v("rmsnorm", rmsnorm);
+    v("rms_eps", rms_eps);
+    v("rope", rope);
+    v("heads", heads);
+    v("head_offsets", head_offsets);
+    v("separate_kv", separate_kv);
   }
+  friend std::ostream& operator<<(std::ostream& os, const operator_spec& s) {
+    return fields::print(os, s, "operator_spec");
+  }
+  friend bool operator==(const operator_spec& a, const operator_spec& b) { return fields::equal(a, b); }
 };
+
+/// Full attention as a degenerate grid: every token is its own entry. The one full-attention
+/// spec: sweeps, theory and programs use it for the control.
+inline operator_spec full() {
+  return operator_spec{.grid = {.window = 1, .stride = 1}, .pool = pool_kind::identity, .name = "full"};
+}
 
 }  // namespace kvphase::compress

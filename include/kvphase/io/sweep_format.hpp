@@ -65,55 +65,16 @@
 #include "kvphase/io/csv.hpp"
 #include "kvphase/io/json.hpp"
 #include "kvphase/io/provenance.hpp"
-#include "kvphase/stats/gap.hpp"
-#include "kvphase/stats/intervals.hpp"
-#include "kvphase/stats/periodicity.hpp"
-#include "kvphase/stats/uniformity.hpp"
+#include "kvphase/stats/summary.hpp"
 
 namespace kvphase::io {
 
 inline constexpr const char* sweep_format_name = "kvphase-sweep/1";
 
-/// A named per-phase column carried alongside the counts (e.g. "theory"): values[g] per group.
-struct extra_column {
-  std::string name;
-  std::vector<double> values;
-  friend bool operator==(const extra_column&, const extra_column&) = default;
-};
-
-/// Per-phase counts of one model: trials[g], hits[g] for g = 0..M−1.
-struct phase_counts {
-  std::string model;
-  std::vector<std::int64_t> trials;
-  std::vector<std::int64_t> hits;
-  std::vector<extra_column> extra;  ///< optional; same names for every model of a result
-  friend bool operator==(const phase_counts&, const phase_counts&) = default;
-};
-
-/// How the statistics are computed from the counts (stored in every output).
-struct analysis_options {
-  std::int64_t modulus = 4;     ///< M: phase groups per model
-  std::int64_t period = 4;      ///< S: the period tested (must divide M)
-  double confidence = 0.95;     ///< for per-phase intervals and the gap interval
-  stats::interval_method interval = stats::interval_method::wilson;
-  stats::uniformity_method uniformity = stats::uniformity_method::pearson_chi_square;
-  stats::periodicity_statistic periodicity = stats::periodicity_statistic::harmonics;
-  std::int64_t permutations = 9999;          ///< 0 = asymptotic chi-square p-value only
-  std::int64_t bootstrap_replicates = 2000;  ///< 0 = no gap interval ([gap, gap])
-  std::uint64_t seed = 0;                    ///< stream seed (set it to the run seed)
-  std::string baseline = "full";             ///< model the others' gaps are contrasted with
-
-  void validate() const {
-    require(modulus >= 2, "analysis.modulus", modulus, "must be >= 2");
-    require(period >= 2, "analysis.period", period, "must be >= 2");
-    require(modulus % period == 0, "analysis.period", period,
-            "must divide analysis.modulus = " + std::to_string(modulus));
-    stats::require_confidence(confidence, "analysis.confidence");
-    require(permutations >= 0, "analysis.permutations", permutations, "must be >= 0");
-    require(bootstrap_replicates >= 0, "analysis.bootstrap_replicates", bootstrap_replicates, "must be >= 0");
-  }
-  friend bool operator==(const analysis_options&, const analysis_options&) = default;
-};
+using stats::analysis_options;
+using stats::extra_column;
+using stats::model_summary;
+using stats::phase_counts;
 
 inline ordered_json to_json(const analysis_options& a) {
   ordered_json j;
@@ -175,6 +136,11 @@ struct sweep_result {
   provenance prov;
   analysis_options analysis;
   std::vector<phase_counts> models;
+  /// The run's configuration as (name, value) columns, the same on every data row (preset,
+  /// window, stride, pool, task, context, dim, modulus, engine, seed, …), so that outputs of
+  /// several runs concatenate into one tidy table. Names must differ from the standard and
+  /// extra columns.
+  std::vector<std::pair<std::string, std::string>> columns;
 
   /// Throws unless: analysis valid; ≥ 1 model; model names non-empty and distinct; each model
   /// has modulus trials/hits with 0 ≤ hits ≤ trials; extra columns have M values and the same
@@ -199,88 +165,35 @@ struct sweep_result {
                 "extra column " + m.extra[e].name + " size", m.extra[e].values.size(),
                 "must equal analysis.modulus = " + std::to_string(analysis.modulus));
         static const std::set<std::string> reserved{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
+        for (const auto& [cn, cv] : columns)
+          require(cn != m.extra[e].name, "column", cn, "is both a run column and an extra column");
         require(!reserved.contains(m.extra[e].name) && !m.extra[e].name.empty(), "extra column",
                 m.extra[e].name, "must be a non-empty name other than the standard columns");
       }
     }
-  }
-};
-
-/// Statistics of one model, all computed from its counts.
-struct model_summary {
-  std::string model;
-  std::int64_t total_trials = 0, total_hits = 0;
-  double total_recall = 0.0;
-  std::vector<double> recall;           ///< per phase
-  std::vector<stats::interval> ci;      ///< per phase
-  stats::gap_result gap;
-  stats::test_result uniformity;
-  stats::periodicity_result periodicity;
-  /// gap − baseline's gap with its bootstrap interval (stats::gap_difference_bootstrap), for
-  /// every model other than analysis.baseline when that model is present.
-  std::optional<stats::gap_difference_result> vs_baseline;
-};
-
-/// Stream seed of model `model`'s permutations and bootstrap.
-inline std::uint64_t model_stream_seed(std::uint64_t seed, std::string_view model) noexcept {
-  return rng::combine(seed, rng::hash_text(model));
-}
-
-/// Computes every statistic of one model from its counts.
-inline model_summary summarize(const phase_counts& m, const analysis_options& a) {
-  a.validate();
-  require(static_cast<std::int64_t>(m.trials.size()) == a.modulus, "model " + m.model + " trials.size()",
-          m.trials.size(), "must equal analysis.modulus = " + std::to_string(a.modulus));
-  stats::require_group_counts(m.hits, m.trials);
-  model_summary s;
-  s.model = m.model;
-  for (std::size_t g = 0; g < m.trials.size(); ++g) {
-    s.total_trials += m.trials[g];
-    s.total_hits += m.hits[g];
-    s.recall.push_back(stats::recall(m.hits[g], m.trials[g]));
-    s.ci.push_back(stats::binomial_interval(m.hits[g], m.trials[g], a.confidence, a.interval));
-  }
-  s.total_recall = stats::recall(s.total_hits, s.total_trials);
-  const std::uint64_t seed = model_stream_seed(a.seed, m.model);
-  s.gap = stats::phase_gap_bootstrap(m.hits, m.trials,
-                                     {.replicates = a.bootstrap_replicates, .confidence = a.confidence, .seed = seed});
-  s.uniformity = stats::uniformity_test(m.hits, m.trials, a.uniformity);
-  stats::periodicity_options po{.statistic = a.periodicity,
-                                .reference = a.permutations > 0 ? stats::periodicity_reference::permutation
-                                                                : stats::periodicity_reference::chi_square,
-                                .permutations = std::max<std::int64_t>(a.permutations, 1),
-                                .seed = seed};
-  s.periodicity = stats::periodicity_test(m.hits, m.trials, a.modulus, a.period, po);
-  return s;
-}
-
-/// Summaries of every model, in order.
-inline std::vector<model_summary> summarize(const sweep_result& r) {
-  r.validate();
-  std::vector<model_summary> out;
-  for (const auto& m : r.models) out.push_back(summarize(m, r.analysis));
-  const phase_counts* base = nullptr;
-  for (const auto& m : r.models)
-    if (m.model == r.analysis.baseline) base = &m;
-  if (base) {
-    for (std::size_t i = 0; i < r.models.size(); ++i) {
-      const auto& m = r.models[i];
-      if (&m == base) continue;
-      out[i].vs_baseline = stats::gap_difference_bootstrap(
-          m.hits, m.trials, base->hits, base->trials,
-          {.replicates = r.analysis.bootstrap_replicates,
-           .confidence = r.analysis.confidence,
-           .seed = model_stream_seed(r.analysis.seed, m.model + "|" + base->model)});
+    std::set<std::string> cnames;
+    static const std::set<std::string> standard{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
+    for (const auto& [cn, cv] : columns) {
+      require(!cn.empty() && !standard.contains(cn), "column", cn, "must be a non-empty name other than the standard columns");
+      require(cnames.insert(cn).second, "column", cn, "appears twice");
     }
   }
-  return out;
-}
+};
 
 namespace detail {
 inline std::vector<std::string> sweep_csv_header(const sweep_result& r) {
   std::vector<std::string> h{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
   for (const auto& e : r.models.front().extra) h.push_back(e.name);
+  for (const auto& c : r.columns) h.push_back(c.first);
   return h;
+}
+inline void require_summaries(const sweep_result& r, const std::vector<model_summary>& s) {
+  r.validate();
+  require(s.size() == r.models.size(), "summaries.size()", s.size(),
+          "must equal the number of models " + std::to_string(r.models.size()) + " (stats::summarize(r.models, r.analysis))");
+  for (std::size_t m = 0; m < s.size(); ++m)
+    require(s[m].model == r.models[m].model && s[m].recall.size() == r.models[m].trials.size(), "summaries[" + std::to_string(m) + "]",
+            s[m].model, "must summarise model " + r.models[m].model + " (same order, same groups)");
 }
 inline std::string summary_line(const model_summary& s) {
   std::ostringstream os;
@@ -299,13 +212,19 @@ Json reorder(const nlohmann::json& j) {
 }
 }  // namespace detail
 
-/// Writes the CSV form (see the file comment). Validates first.
-inline void write_sweep_csv(std::ostream& os, const sweep_result& r) {
-  const auto summaries = summarize(r);
+/// Writes the CSV form (see the file comment) of r and its summaries
+/// (stats::summarize(r.models, r.analysis)). Validates first.
+inline void write_sweep_csv(std::ostream& os, const sweep_result& r, const std::vector<model_summary>& summaries) {
+  detail::require_summaries(r, summaries);
   csv_writer w(os);
   w.comment(to_csv_comment(r.prov));
   w.comment(std::string("format: ") + sweep_format_name);
   w.comment("analysis: " + to_json(r.analysis).dump());
+  if (!r.columns.empty()) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& c : r.columns) names.push_back(c.first);
+    w.comment("run_columns: " + names.dump());
+  }
   for (const auto& s : summaries) w.comment(detail::summary_line(s));
   w.row(detail::sweep_csv_header(r));
   for (std::size_t m = 0; m < r.models.size(); ++m) {
@@ -320,18 +239,24 @@ inline void write_sweep_csv(std::ostream& os, const sweep_result& r) {
                                  format_fixed(s.ci[g].low, 10),
                                  format_fixed(s.ci[g].high, 10)};
       for (const auto& e : c.extra) f.push_back(format_shortest(e.values[g]));
+      for (const auto& col : r.columns) f.push_back(col.second);
       w.row(f);
     }
   }
 }
 
-/// The JSON document of a sweep result (see the file comment). Validates first.
-inline ordered_json sweep_to_json(const sweep_result& r) {
-  const auto summaries = summarize(r);
+/// The JSON document of a sweep result and its summaries (see the file comment). Validates first.
+inline ordered_json sweep_to_json(const sweep_result& r, const std::vector<model_summary>& summaries) {
+  detail::require_summaries(r, summaries);
   ordered_json j;
   j["format"] = sweep_format_name;
   j["provenance"] = detail::reorder<ordered_json>(to_json(r.prov));
   j["analysis"] = to_json(r.analysis);
+  if (!r.columns.empty()) {
+    ordered_json cols = ordered_json::object();
+    for (const auto& [k, v] : r.columns) cols[k] = v;
+    j["columns"] = std::move(cols);
+  }
   j["models"] = ordered_json::array();
   for (std::size_t m = 0; m < r.models.size(); ++m) {
     const auto& c = r.models[m];
@@ -385,13 +310,16 @@ inline ordered_json sweep_to_json(const sweep_result& r) {
 }
 
 /// Writes the JSON form (indent 2, trailing newline).
-inline void write_sweep_json(std::ostream& os, const sweep_result& r) { os << json_text(sweep_to_json(r)); }
+inline void write_sweep_json(std::ostream& os, const sweep_result& r, const std::vector<model_summary>& summaries) {
+  os << json_text(sweep_to_json(r, summaries));
+}
 
-/// Convenience: the whole output as a string, format "csv" or "json".
-inline std::string sweep_text(const sweep_result& r, std::string_view format) {
+/// The whole output as a string, format "csv" or "json".
+inline std::string sweep_text(const sweep_result& r, const std::vector<model_summary>& summaries,
+                              std::string_view format) {
   std::ostringstream os;
-  if (format == "csv") write_sweep_csv(os, r);
-  else if (format == "json") write_sweep_json(os, r);
+  if (format == "csv") write_sweep_csv(os, r, summaries);
+  else if (format == "json") write_sweep_json(os, r, summaries);
   else fail("format", std::string(format), "must be csv or json");
   return os.str();
 }
@@ -415,15 +343,26 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
       s.remove_prefix(10);
       r.analysis = analysis_from_json(parse_json(s, src + " analysis"));
       have_analysis = true;
+    } else if (s.starts_with("run_columns: ")) {
+      s.remove_prefix(13);
+      const auto names = parse_json(s, src + " run_columns");
+      require(names.is_array(), src + " run_columns", std::string(s.substr(0, 60)), "must be a JSON array of names");
+      for (const auto& n : names) {
+        require(n.is_string(), src + " run_columns", n.dump(), "names must be strings");
+        r.columns.emplace_back(n.get<std::string>(), std::string());
+      }
     }
   }
   require(have_format, src, "(no '# format:' line)", std::string("is not a ") + sweep_format_name + " CSV");
   require(have_analysis, src, "(no '# analysis:' line)", "must record its analysis settings");
   const std::size_t cm = t.column("model"), cp = t.column("phase"), ct = t.column("trials"), ch = t.column("hits");
   static const std::set<std::string> standard{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
-  std::vector<std::size_t> extra_cols;
+  std::set<std::string> run_names;
+  for (const auto& c : r.columns) run_names.insert(c.first);
+  std::vector<std::size_t> extra_cols, run_cols;
+  for (const auto& c : r.columns) run_cols.push_back(t.column(c.first));
   for (std::size_t i = 0; i < t.header.size(); ++i)
-    if (!standard.contains(t.header[i])) extra_cols.push_back(i);
+    if (!standard.contains(t.header[i]) && !run_names.contains(t.header[i])) extra_cols.push_back(i);
   const auto M = static_cast<std::size_t>(r.analysis.modulus);
   std::map<std::string, std::size_t> index;
   std::vector<std::vector<bool>> seen;
@@ -452,6 +391,11 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
     pc.hits[static_cast<std::size_t>(g)] = parse_int(f[ch], where + " hits");
     for (std::size_t e = 0; e < extra_cols.size(); ++e)
       pc.extra[e].values[static_cast<std::size_t>(g)] = parse_double(f[extra_cols[e]], where + " " + t.header[extra_cols[e]]);
+    for (std::size_t e = 0; e < run_cols.size(); ++e) {
+      if (row == 0) r.columns[e].second = f[run_cols[e]];
+      require(f[run_cols[e]] == r.columns[e].second, where + " " + r.columns[e].first, f[run_cols[e]],
+              "run columns must be the same on every row (row 1: " + r.columns[e].second + ")");
+    }
   }
   r.validate();
   return r;
@@ -467,6 +411,14 @@ inline sweep_result parse_sweep_json(std::string_view text, std::string_view sou
   sweep_result r;
   r.prov = provenance_from_json(nlohmann::json::parse(require_member(j, "provenance", src).dump()));
   r.analysis = analysis_from_json(require_member(j, "analysis", src));
+  if (j.contains("columns")) {
+    const auto& cols = j["columns"];
+    require(cols.is_object(), src + ".columns", cols.dump().substr(0, 60), "must be an object of strings");
+    for (auto it = cols.begin(); it != cols.end(); ++it) {
+      require(it.value().is_string(), src + ".columns." + it.key(), it.value().dump(), "must be a string");
+      r.columns.emplace_back(it.key(), it.value().get<std::string>());
+    }
+  }
   const auto& models = require_member(j, "models", src);
   require(models.is_array(), src + ".models", models.dump().substr(0, 60), "must be an array");
   static const std::set<std::string> standard{"phase", "trials", "hits", "recall", "ci_low", "ci_high"};
@@ -584,6 +536,8 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
       }
       fail("config of " + name(i), diff, "differs from " + first_name + " (configs must match)");
     }
+    require(s.columns == first.columns, "run columns of " + name(i), s.columns.size(),
+            "differ from " + first_name + " (the run configuration must match)");
     require(s.analysis == first.analysis, "analysis of " + name(i), to_json(s.analysis).dump(),
             "differs from " + first_name + " (" + to_json(first.analysis).dump() + ")");
     std::vector<std::string> a, b;
@@ -597,6 +551,7 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
   out.prov.shard_count = 1;
   out.prov.merged_from = N;
   out.analysis = first.analysis;
+  out.columns = first.columns;
   out.models = first.models;
   for (auto& m : out.models) {
     std::fill(m.trials.begin(), m.trials.end(), 0);

@@ -13,10 +13,11 @@
 /// are written over them.
 ///
 /// Query of the compressed entries: q_c = q·W_C when the pool projects its payload (W_C = the
-/// payload map; two-stream: its stream-b half), else q. RoPE is not applied in sweeps (anchor
-/// forced to none): a query built from a key vector has no position. An MLP compressor has no
+/// payload map; two-stream: its stream-b half), else q. An MLP compressor has no
 /// linear payload map, so q is used as is (a random MLP does not preserve the query–key
-/// alignment: recall then measures how much of it survives).
+/// alignment: recall then measures how much of it survives). RoPE is not modelled on this path:
+/// an operator with a RoPE anchor is refused (kvphase::error naming op.rope.anchor), never
+/// silently run without it.
 ///
 /// Items are the complete entries plus the raw window (scored q·k). Values: the operator acts on
 /// the keys; the values of an entry are pooled by the uniform mean over its unmasked source slots
@@ -82,13 +83,16 @@ class general_model {
   general_model() = default;
   general_model(const compress::operator_spec& op, index_t d, index_t window, std::uint64_t params_seed)
       : spec_(op), d_(d) {
-    spec_.rope.anchor = compress::rope_anchor::none;
     spec_.validate();
-    require(spec_.heads == 1, "heads", spec_.heads, "sweeps model one compression head");
+    require(spec_.heads == 1 && spec_.head_offsets.empty(), "op.heads", spec_.heads,
+            "the general key-space path models one compression head on the spec's grid");
+    require(spec_.rope.anchor == compress::rope_anchor::none, "op.rope.anchor", compress::to_string(spec_.rope.anchor),
+            "the general key-space path applies no RoPE (its queries are built from key vectors and have no "
+            "position): use an operator with rope anchor none");
     require(window >= 0, "window", window, "must be >= 0");
     params_ = compress::make_preset_params<float>(spec_, d, params_seed);
     c_ = params_.output_dim(spec_, d);
-    compress::detail::validate_call<float>(spec_, params_, 0, d_, 0, compress::compress_options{}, false);
+    params_.validate(spec_, d_);
     // geometry and value pooling: a mean pool on the same grid (entries_meeting, best_scores,
     // softmax, token and span masses)
     compress::operator_spec geo{.grid = spec_.grid, .pool = compress::pool_kind::mean};

@@ -23,21 +23,13 @@
 #include <vector>
 
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
 namespace kvphase::sim {
-
-/// Whether the linear engines can model `op` exactly.
-inline bool linear_engine_supports(const compress::operator_spec& op) noexcept {
-  using compress::pool_kind;
-  const bool linear = op.pool == pool_kind::identity || op.pool == pool_kind::mean ||
-                      op.pool == pool_kind::weights || op.pool == pool_kind::slot_gate;
-  return linear && !op.rmsnorm && op.heads == 1 && op.rope.anchor == compress::rope_anchor::none &&
-         op.head_offsets.empty() && !op.separate_kv;
-}
 
 /// Per-trial buffers of one linear model (sized once, reused).
 struct linear_buffers {
@@ -59,12 +51,12 @@ class linear_model {
   /// Compressed model from an operator spec, with `window` raw tokens in the joint softmax.
   linear_model(const compress::operator_spec& op, index_t window) : grid_(op.grid), window_(window) {
     op.validate();
-    require(linear_engine_supports(op), "pool", compress::to_string(op.pool),
-            "the linear sweep engines need one head of identity, mean, fixed-weight or slot-gate pooling "
-            "without RMSNorm, RoPE or separate K/V");
+    const auto caps = compress::capabilities(op);
+    require(caps.score_exact, "op", op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name,
+            "the linear sweep engines are exact only for linear, plain operators: " + caps.score_reason);
     require(window >= 0, "window", window, "must be >= 0");
     W_ = grid_.window;
-    content_ = op.pool == compress::pool_kind::slot_gate && op.content_std > 0;
+    content_ = caps.content_gated;
     tau_ = static_cast<float>(op.content_std);
     bias_.assign(static_cast<std::size_t>(W_), 0.0f);
     if (op.pool == compress::pool_kind::slot_gate && !op.slot_bias.empty())

@@ -48,6 +48,11 @@ struct shard_spec {
     s.validate();
     return s;
   }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("index", index);
+    v("count", count);
+  }
   friend std::ostream& operator<<(std::ostream& os, const shard_spec& s) { return os << s.index << "/" << s.count; }
   friend bool operator==(const shard_spec&, const shard_spec&) = default;
 };

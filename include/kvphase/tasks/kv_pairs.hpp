@@ -29,15 +29,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <ostream>
+#include <string_view>
 #include <vector>
 
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/tasks/needle.hpp"
+#include "kvphase/tasks/task.hpp"
 
 namespace kvphase::tasks {
+
+/// Pair positions of one trial. start[j] = first key token of pair j; target = j*.
+struct kv_layout {
+  std::vector<index_t> start;
+  index_t target = 0;
+};
 
 struct kv_pairs_config {
   index_t context = 131072;       ///< N
@@ -82,18 +91,43 @@ struct kv_pairs_config {
     require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
   }
 
-  friend std::ostream& operator<<(std::ostream& os, const kv_pairs_config& c) {
-    return os << "kv_pairs_config{context=" << c.context << ", dim=" << c.dim << ", pairs=" << c.pairs
-              << ", key_span=" << c.key_span << ", value_span=" << c.value_span << ", codes=" << c.codes
-              << ", value_key_weight=" << c.value_key_weight << ", query_noise=" << c.query_noise
-              << ", logit_scale=" << c.logit_scale << ", depth=[" << c.depth_lo << "," << c.depth_hi << "]}";
+  // ---- the task (tasks/task.hpp) ----------------------------------------------------------------
+  static constexpr std::string_view task_name = "kv-pairs";
+  template <class V>
+  void visit_fields(V&& v) {
+    v("context", context);
+    v("dim", dim);
+    v("pairs", pairs);
+    v("key_span", key_span);
+    v("value_span", value_span);
+    v("codes", codes);
+    v("value_key_weight", value_key_weight);
+    v("query_noise", query_noise);
+    v("logit_scale", logit_scale);
+    v("depth_lo", depth_lo);
+    v("depth_hi", depth_hi);
   }
-};
+  [[nodiscard]] index_t groups(const sweep_geometry& g) const noexcept { return g.phase_groups(); }
+  [[nodiscard]] index_t label(index_t g) const noexcept { return g; }
+  [[nodiscard]] std::string_view label_column() const noexcept { return {}; }
+  [[nodiscard]] index_t key_dim() const noexcept { return dim; }
+  [[nodiscard]] index_t context_tokens(index_t) const noexcept { return context; }
+  void validate(const sweep_geometry& g) const { validate(groups(g)); }
+  struct state {
+    std::vector<float> kappa, eps, q, codebook;
+    std::vector<planted_span> planted;
+    std::vector<std::uint32_t> codes;
+    std::vector<double> code_weight;
+    kv_layout layout;
+    std::vector<float> gram;  ///< C × C, row-major
+  };
+  /// One trial (the layout above); readout: values weighted by the output weight of their
+  /// tokens, decoded to the nearest unit codebook vector; mass = the target value's weight.
+  void run(trial_env& env, state& w, trial_outcome& comp, trial_outcome& full) const;
 
-/// Pair positions of one trial. start[j] = first key token of pair j; target = j*.
-struct kv_layout {
-  std::vector<index_t> start;
-  index_t target = 0;
+  friend std::ostream& operator<<(std::ostream& os, const kv_pairs_config& c) {
+    return fields::print(os, c, "kv_pairs_config");
+  }
 };
 
 /// Counter-based uniform integer: element i of the sequence keyed by `key`, in [0, n)
@@ -137,5 +171,85 @@ inline void kv_pairs_layout(const kv_pairs_config& c, index_t modulus, index_t g
   const index_t p0 = out.start[static_cast<std::size_t>(jt)];
   out.start[static_cast<std::size_t>(jt)] = p0 + centred_residue_shift(p0 - origin, group, modulus);
 }
+
+inline void kv_pairs_config::run(trial_env& env, state& w, trial_outcome& oc, trial_outcome& of) const {
+  const index_t N = context, d = dim, P = pairs, C = codes;
+  const sweep_geometry& geo = env.geometry();
+  auto& ps = env.layout();
+  auto& gen = env.normals();
+  kv_pairs_layout(*this, groups(geo), env.group(), geo.origin, ps, w.layout);
+  const std::uint64_t code_key = ps.next_u64();
+  detail::fill(gen, w.kappa, d);
+  if (query_noise > 0) detail::fill(gen, w.eps, d); else w.eps.assign(static_cast<std::size_t>(d), 0.0f);
+  detail::fill(gen, w.codebook, C * d);
+  const double qn = detail::make_query(w.q, w.kappa, w.eps, query_noise, d);
+  const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
+  // unit-length codebook ν_c (rows of C × d) and its Gram matrix G = ν νᵀ (dots in double)
+  float* nu = w.codebook.data();
+  for (index_t c = 0; c < C; ++c) {
+    const float n = static_cast<float>(std::sqrt(detail::dot_d(nu + c * d, nu + c * d, d)));
+    for (index_t i = 0; i < d; ++i) nu[c * d + i] /= n;
+  }
+  w.gram.resize(static_cast<std::size_t>(C * C));
+  for (index_t a = 0; a < C; ++a)
+    for (index_t b = a; b < C; ++b)
+      w.gram[static_cast<std::size_t>(a * C + b)] = w.gram[static_cast<std::size_t>(b * C + a)] =
+          static_cast<float>(detail::dot_d(nu + a * d, nu + b * d, d));
+  sim::normal_state st = gen.state();
+  w.codes.resize(static_cast<std::size_t>(P));
+  for (index_t j = 0; j < P; ++j)
+    w.codes[static_cast<std::size_t>(j)] =
+        static_cast<std::uint32_t>(hashed_below(code_key, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(C)));
+  // pair j: its key vector κ_j (general path: the target's is κ) or its score q·κ_j
+  const float cv = static_cast<float>(value_key_weight);
+  float* ids = env.identities(st, w.q.data(), qn, P);
+  const bool rows = env.key_rows();
+  if (rows) {
+    float* kt = ids + w.layout.target * d;
+    for (index_t i = 0; i < d; ++i) kt[i] = w.kappa[static_cast<std::size_t>(i)];
+  } else {
+    ids[w.layout.target] = static_cast<float>(qk);
+  }
+  w.planted.clear();
+  for (index_t j = 0; j < P; ++j) {
+    const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
+    const float* kj = rows ? ids + j * d : nullptr;
+    const float sj = rows ? 0.0f : ids[j];
+    w.planted.push_back({st0, key_span, kj, 1.0f, sj});
+    w.planted.push_back({st0 + key_span, value_span, kj, cv, cv * sj});
+  }
+  env.score(st, N, w.q.data(), qn, w.planted);
+  const float b = static_cast<float>(beta());
+  auto readout = [&](model_view mv) {
+    mv.model.softmax(mv.buffers, b, true);
+    w.code_weight.assign(static_cast<std::size_t>(C), 0.0);
+    double target_mass = 0;
+    for (index_t j = 0; j < P; ++j) {
+      const index_t v0 = w.layout.start[static_cast<std::size_t>(j)] + key_span;
+      double a = 0;
+      for (index_t i = 0; i < value_span; ++i) a += mv.model.token_mass(mv.buffers, v0 + i);
+      w.code_weight[w.codes[static_cast<std::size_t>(j)]] += a;
+      if (j == w.layout.target) target_mass = a;
+    }
+    // o·ν_c = Σ_c' B[c'] G[c', c]; decode = argmax (unit codebook: nearest vector)
+    const std::uint32_t ct = w.codes[static_cast<std::size_t>(w.layout.target)];
+    double best_t = 0, best_o = -std::numeric_limits<double>::infinity();
+    for (index_t c = 0; c < C; ++c) {
+      double v = 0;
+      for (index_t c2 = 0; c2 < C; ++c2) v += w.code_weight[static_cast<std::size_t>(c2)] * w.gram[static_cast<std::size_t>(c2 * C + c)];
+      if (static_cast<std::uint32_t>(c) == ct) best_t = v;
+      else best_o = std::max(best_o, v);
+    }
+    trial_outcome o;
+    o.hit = best_t > best_o;
+    o.margin = best_t - best_o;
+    o.mass = target_mass;
+    return o;
+  };
+  oc = readout(env.compressed());
+  of = readout(env.full());
+}
+
+inline const bool kv_pairs_registered = register_task<kv_pairs_config>();
 
 }  // namespace kvphase::tasks

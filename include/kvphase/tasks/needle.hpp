@@ -30,20 +30,17 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <ostream>
+#include <string_view>
+#include <vector>
 
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/tasks/task.hpp"
 
 namespace kvphase::tasks {
-
-/// Outcome of one trial for one model.
-struct trial_outcome {
-  bool hit = false;
-  double mass = 0.0;
-  double margin = 0.0;
-};
 
 struct needle_config {
   index_t context = 8192;         ///< N context tokens
@@ -74,13 +71,44 @@ struct needle_config {
     require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
   }
 
-  friend std::ostream& operator<<(std::ostream& os, const needle_config& c) {
-    return os << "needle_config{context=" << c.context << ", dim=" << c.dim << ", key_span=" << c.key_span
-              << ", value_span=" << c.value_span << ", value_key_weight=" << c.value_key_weight
-              << ", query_noise=" << c.query_noise << ", logit_scale=" << c.logit_scale << ", depth=[" << c.depth_lo
-              << "," << c.depth_hi << "]}";
+  // ---- the task (tasks/task.hpp) ----------------------------------------------------------------
+  static constexpr std::string_view task_name = "needle";
+  template <class V>
+  void visit_fields(V&& v) {
+    v("context", context);
+    v("dim", dim);
+    v("key_span", key_span);
+    v("value_span", value_span);
+    v("value_key_weight", value_key_weight);
+    v("query_noise", query_noise);
+    v("logit_scale", logit_scale);
+    v("depth_lo", depth_lo);
+    v("depth_hi", depth_hi);
   }
+  [[nodiscard]] index_t groups(const sweep_geometry& g) const noexcept { return g.phase_groups(); }
+  [[nodiscard]] index_t label(index_t g) const noexcept { return g; }
+  [[nodiscard]] std::string_view label_column() const noexcept { return {}; }
+  [[nodiscard]] index_t key_dim() const noexcept { return dim; }
+  [[nodiscard]] index_t context_tokens(index_t) const noexcept { return context; }
+  /// The config's own rules and the sweep's: room for the window, the chunk and the modulus.
+  void validate(const sweep_geometry& g) const {
+    validate();
+    const index_t M = groups(g);
+    require(context >= g.raw_window + g.chunk_window + 4 * M + 2 * span() + 16, "context", context,
+            "too short for the window, the chunk window and the modulus");
+  }
+  struct state {
+    std::vector<float> kappa, eps, q;
+    std::vector<planted_span> planted;
+  };
+  /// One trial: needle at p ≡ origin + group (mod M) (needle_position), query q = κ + σ·ε;
+  /// hit = the best item holds a needle token; margin = best needle item − best other item;
+  /// mass = the needle's share of the output (only when env.want_mass()).
+  void run(trial_env& env, state& w, trial_outcome& comp, trial_outcome& full) const;
+
+  friend std::ostream& operator<<(std::ostream& os, const needle_config& c) { return fields::print(os, c, "needle_config"); }
 };
+
 
 /// Centred shift δ ∈ [−M/2, M/2) with p0 + δ ≡ group (mod M).
 constexpr index_t centred_residue_shift(index_t p0, index_t group, index_t modulus) noexcept {
@@ -103,5 +131,38 @@ inline index_t needle_position(const needle_config& c, index_t modulus, index_t 
   const index_t p0 = lo + static_cast<index_t>(s.below(static_cast<std::uint64_t>(hi - lo + 1)));
   return p0 + centred_residue_shift(p0 - origin, group, modulus);
 }
+
+inline void needle_config::run(trial_env& env, state& w, trial_outcome& oc, trial_outcome& of) const {
+  const index_t N = context, d = dim;
+  const sweep_geometry& geo = env.geometry();
+  const index_t p = needle_position(*this, groups(geo), env.group(), geo.origin, geo.reserve(), env.layout());
+  auto& gen = env.normals();
+  detail::fill(gen, w.kappa, d);
+  if (query_noise > 0) detail::fill(gen, w.eps, d); else w.eps.assign(static_cast<std::size_t>(d), 0.0f);
+  const double qn = detail::make_query(w.q, w.kappa, w.eps, query_noise, d);
+  const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
+  sim::normal_state st = gen.state();
+  w.planted.assign({{p, key_span, w.kappa.data(), 1.0f, static_cast<float>(qk)},
+                    {p + key_span, value_span, w.kappa.data(), static_cast<float>(value_key_weight),
+                     static_cast<float>(value_key_weight * qk)}});
+  env.score(st, N, w.q.data(), qn, w.planted);
+  const float b = static_cast<float>(beta());
+  auto readout = [&](model_view mv) {
+    float bt, bo;
+    mv.model.best_scores(mv.buffers, p, p + span(), bt, bo);
+    trial_outcome o;
+    o.hit = bt > bo;
+    o.margin = static_cast<double>(bt) - static_cast<double>(bo);
+    if (env.want_mass()) {
+      mv.model.softmax(mv.buffers, b, false, std::max(bt, bo));
+      o.mass = mv.model.span_mass(mv.buffers, p, p + span());
+    }
+    return o;
+  };
+  oc = readout(env.compressed());
+  of = readout(env.full());
+}
+
+inline const bool needle_registered = register_task<needle_config>();
 
 }  // namespace kvphase::tasks

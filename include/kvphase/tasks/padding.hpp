@@ -16,10 +16,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <ostream>
+#include <string_view>
+#include <vector>
 
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/tasks/task.hpp"
 
 namespace kvphase::tasks {
 
@@ -57,12 +61,89 @@ struct padding_config {
     require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
   }
 
+  // ---- the task (tasks/task.hpp) ----------------------------------------------------------------
+  static constexpr std::string_view task_name = "padding";
+  template <class V>
+  void visit_fields(V&& v) {
+    v("code_length", code_length);
+    v("dim", dim);
+    v("pad_min", pad_min);
+    v("lengths", lengths);
+    v("offset_a", offset_a);
+    v("span_a", span_a);
+    v("offset_b", offset_b);
+    v("span_b", span_b);
+    v("strength_b", strength_b);
+    v("query_noise", query_noise);
+    v("logit_scale", logit_scale);
+  }
+  /// Groups are the padding lengths pad_min … pad_min + lengths − 1 (the sweep's modulus does
+  /// not apply).
+  [[nodiscard]] index_t groups(const sweep_geometry&) const noexcept { return lengths; }
+  [[nodiscard]] index_t label(index_t g) const noexcept { return pad_min + g; }
+  [[nodiscard]] std::string_view label_column() const noexcept { return "padding_length"; }
+  [[nodiscard]] index_t key_dim() const noexcept { return dim; }
+  [[nodiscard]] index_t context_tokens(index_t g) const noexcept { return context(g); }
+  void validate(const sweep_geometry& g) const {
+    validate();
+    require(g.modulus == 0, "modulus", g.modulus, "does not apply to the padding task (groups = lengths)");
+    require(code_length - std::max(offset_a + span_a, offset_b + span_b) >= g.reserve(), "window", g.raw_window,
+            "the evidence spans must lie before the raw window and the last chunk");
+  }
+  struct state {
+    std::vector<float> kappa, kappa_b, eps, q;
+    std::vector<planted_span> planted;
+  };
+  /// One trial of padding length L = pad_min + group; hit = A preferred (mass_A > mass_B),
+  /// margin = mass_A − mass_B, mass = mass_A.
+  void run(trial_env& env, state& w, trial_outcome& comp, trial_outcome& full) const;
+
   friend std::ostream& operator<<(std::ostream& os, const padding_config& c) {
-    return os << "padding_config{code_length=" << c.code_length << ", dim=" << c.dim << ", pad_min=" << c.pad_min
-              << ", lengths=" << c.lengths << ", a=" << c.offset_a << "+" << c.span_a << ", b=" << c.offset_b << "+"
-              << c.span_b << ", strength_b=" << c.strength_b << ", query_noise=" << c.query_noise
-              << ", logit_scale=" << c.logit_scale << "}";
+    return fields::print(os, c, "padding_config");
   }
 };
+
+inline void padding_config::run(trial_env& env, state& w, trial_outcome& oc, trial_outcome& of) const {
+  const index_t L = pad_min + env.group(), N = context(env.group()), d = dim;
+  auto& gen = env.normals();
+  detail::fill(gen, w.kappa, d);
+  detail::fill(gen, w.kappa_b, d);
+  if (query_noise > 0) detail::fill(gen, w.eps, d); else w.eps.assign(static_cast<std::size_t>(d), 0.0f);
+  const double sd = std::sqrt(static_cast<double>(d));
+  const double na = std::sqrt(detail::dot_d(w.kappa.data(), w.kappa.data(), d));
+  const double nb = std::sqrt(detail::dot_d(w.kappa_b.data(), w.kappa_b.data(), d));
+  for (index_t i = 0; i < d; ++i) {
+    w.kappa[static_cast<std::size_t>(i)] = static_cast<float>(w.kappa[static_cast<std::size_t>(i)] * sd / na);
+    w.kappa_b[static_cast<std::size_t>(i)] = static_cast<float>(w.kappa_b[static_cast<std::size_t>(i)] * sd / nb);
+  }
+  w.q.resize(static_cast<std::size_t>(d));
+  for (index_t i = 0; i < d; ++i)
+    w.q[static_cast<std::size_t>(i)] = w.kappa[static_cast<std::size_t>(i)] +
+                                       static_cast<float>(strength_b) * w.kappa_b[static_cast<std::size_t>(i)] +
+                                       static_cast<float>(query_noise) * w.eps[static_cast<std::size_t>(i)];
+  const double qn = std::sqrt(detail::dot_d(w.q.data(), w.q.data(), d));
+  const double sa = detail::dot_d(w.q.data(), w.kappa.data(), d);
+  const double sb = detail::dot_d(w.q.data(), w.kappa_b.data(), d);
+  sim::normal_state st = gen.state();
+  const index_t a0 = L + offset_a, b0 = L + offset_b;
+  w.planted.assign({{a0, span_a, w.kappa.data(), 1.0f, static_cast<float>(sa)},
+                    {b0, span_b, w.kappa_b.data(), 1.0f, static_cast<float>(sb)}});
+  env.score(st, N, w.q.data(), qn, w.planted);
+  const float b = static_cast<float>(beta());
+  auto readout = [&](model_view mv) {
+    mv.model.softmax(mv.buffers, b);
+    const double ma = mv.model.span_mass(mv.buffers, a0, a0 + span_a);
+    const double mb = mv.model.span_mass(mv.buffers, b0, b0 + span_b);
+    trial_outcome o;
+    o.hit = ma > mb;
+    o.margin = ma - mb;
+    o.mass = ma;
+    return o;
+  };
+  oc = readout(env.compressed());
+  of = readout(env.full());
+}
+
+inline const bool padding_registered = register_task<padding_config>();
 
 }  // namespace kvphase::tasks

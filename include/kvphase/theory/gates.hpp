@@ -19,6 +19,7 @@
 
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
 namespace kvphase::theory {
@@ -208,9 +209,9 @@ inline recall_prediction predict_recall_gated(const compress::operator_spec& spe
     out.reason = "content-logit gates are modelled for non-overlapping windows (W = S) only";
     return out;
   }
-  if (spec.rmsnorm || spec.rope.anchor != compress::rope_anchor::none || spec.heads != 1) {
+  if (const auto caps = compress::capabilities(spec); !caps.plain) {
     out.covered = false;
-    out.reason = "rmsnorm, RoPE or several heads are not modelled";
+    out.reason = caps.not_plain_reason;
     return out;
   }
   out.assumptions = "slot gate with content logits: numerical integral over sampled gate vectors (W = S)";

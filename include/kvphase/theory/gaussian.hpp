@@ -41,6 +41,7 @@
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 #include <boost/math/special_functions/owens_t.hpp>
 
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
@@ -579,15 +580,8 @@ inline phase_recall recall_local_monte_carlo(const compress::operator_spec& spec
 
 /// Why (spec, model) is outside the Gaussian theory, or "" when it is covered.
 inline std::string outside_theory_reason(const compress::operator_spec& spec, const needle_model& m) {
-  if (!spec.is_content_independent_linear())
-    return std::string("pool '") + compress::to_string(spec.pool) +
-           (spec.pool == compress::pool_kind::slot_gate ? "' with content logits (tau > 0): see theory/gates.hpp"
-                                                        : "' is not a fixed linear pool");
-  if (spec.rmsnorm) return "rmsnorm makes the pooled key a non-linear function of its tokens";
-  if (spec.rope.anchor != compress::rope_anchor::none) return "RoPE on compressed entries is not modelled";
-  if (spec.heads != 1 || !spec.head_offsets.empty()) return "several compression heads: see theory/heads.hpp";
-  if (spec.separate_kv) return "separately pooled keys and values are not modelled";
-  if (spec.grid.visibility != compress::visibility_policy::complete) return "running partial entries are not modelled";
+  const auto caps = compress::capabilities(spec);
+  if (!caps.theory_covered) return caps.theory_reason;
   if (spec.grid.num_entries(m.context) < 1) return "no complete entry in the context";
   return "";
 }

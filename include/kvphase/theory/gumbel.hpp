@@ -15,6 +15,7 @@
 #include <numbers>
 #include <vector>
 
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
 namespace kvphase::theory {
@@ -46,7 +47,7 @@ struct gumbel_phase {
 inline std::vector<gumbel_phase> gumbel_recall_by_phase(const compress::operator_spec& spec, const needle_model& m) {
   spec.validate();
   m.validate();
-  require(spec.is_content_independent_linear(), "pool", compress::to_string(spec.pool), "needs a fixed linear pool");
+  require(compress::capabilities(spec).fixed_weights, "pool", compress::to_string(spec.pool), "needs a fixed linear pool");
   std::vector<gumbel_phase> out;
   const double rm = chi_mean(m.dim), rv = static_cast<double>(m.dim) - rm * rm;
   const double a = std::isinf(m.snr) ? 1.0 : std::sqrt(m.snr / (1 + m.snr));

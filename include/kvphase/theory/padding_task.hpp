@@ -30,6 +30,7 @@
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/types.hpp"
@@ -95,12 +96,8 @@ inline padding_prediction predict_padding(const compress::operator_spec& op, con
     out.reason = std::move(why);
     return out;
   };
-  using compress::pool_kind;
-  const bool linear = op.pool == pool_kind::identity || op.pool == pool_kind::mean ||
-                      op.pool == pool_kind::weights || op.pool == pool_kind::slot_gate;
-  if (!linear || op.rmsnorm || op.heads != 1 || op.rope.anchor != compress::rope_anchor::none ||
-      !op.head_offsets.empty() || op.separate_kv)
-    return not_covered("operator is not a single-head linear pool without RMSNorm/RoPE");
+  const auto caps = compress::capabilities(op);
+  if (!caps.score_exact) return not_covered(caps.score_reason);
   if (op.content_std > 0) return not_covered("content logits (content_std > 0): gate weights are random");
   if (t.query_noise > 0) return not_covered("query_noise > 0: the outer law is four-dimensional (not modelled)");
   if (t.code_length - std::max(t.offset_a + t.span_a, t.offset_b + t.span_b) < raw_window + op.grid.window)

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "kvphase/compress/capabilities.hpp"
+#include "kvphase/compress/spec.hpp"
 #include "kvphase/tasks/needle.hpp"
 #include "kvphase/theory/gates.hpp"
 #include "kvphase/theory/gaussian.hpp"
@@ -44,7 +46,7 @@ inline needle_model to_needle_model(const tasks::needle_config& c) {
 inline recall_prediction predict_recall_by_phase(const compress::operator_spec& op, const tasks::needle_config& needle,
                                                  const recall_options& options = {}) {
   const needle_model m = to_needle_model(needle);
-  if (op.pool == compress::pool_kind::slot_gate && op.content_std > 0) return predict_recall_gated(op, m);
+  if (compress::capabilities(op).content_gated) return predict_recall_gated(op, m);
   return predict_recall_by_phase(op, m, options);
 }
 
@@ -102,10 +104,7 @@ inline sweep_prediction predict_sweep_needle(const compress::operator_spec& op, 
     out.compressed.push_back(r / n);
     out.compressed_error.push_back(e / n);
   }
-  compress::operator_spec full;
-  full.grid = {.window = 1, .stride = 1};
-  full.pool = compress::pool_kind::identity;
-  const auto f = predict_recall_by_phase(full, m);
+  const auto f = predict_recall_by_phase(compress::full(), m);
   out.full.assign(static_cast<std::size_t>(G), f.phases[0].recall);
   out.full_error.assign(static_cast<std::size_t>(G), f.phases[0].error);
   return out;

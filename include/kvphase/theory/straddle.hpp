@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kvphase/compress/capabilities.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
 namespace kvphase::theory {
@@ -37,7 +38,7 @@ struct span_share {
 /// Shares by phase for the spec's linear weights, the span placed far from the sequence start.
 inline std::vector<span_share> span_shares_by_phase(const compress::operator_spec& spec, index_t span) {
   spec.validate();
-  require(spec.is_content_independent_linear(), "pool", compress::to_string(spec.pool), "needs a fixed linear pool");
+  require(compress::capabilities(spec).fixed_weights, "pool", compress::to_string(spec.pool), "needs a fixed linear pool");
   require(span >= 1 && span <= (index_t(1) << 20), "span", span, "must be in [1, 2^20]");
   const auto& g = spec.grid;
   std::vector<span_share> out;

@@ -1,0 +1,142 @@
+#pragma once
+/// \file sim/report.hpp
+/// The experiment floor's last arrows, as library calls every program makes:
+///
+///   sim::run_sweep(config) ──► sim::sweep_result ──► to_output(result, options) ──► io::sweep_result
+///        (counts)                                     (provenance, analysis, models, run columns,
+///                                                      the task's label column, the theory column)
+///   io::sweep_result ──► stats::summarize ──► io::sweep_text / write_output (CSV or JSON)
+///
+/// to_output records the configuration twice: as provenance.config (every field of the
+/// sweep_config by its field list, plus the program's own extras and the engine actually used)
+/// and as run columns on every CSV data row (run_columns()), so outputs concatenate into one
+/// tidy table. The theory column is theory::predict_sweep_column's.
+
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/parallel.hpp"
+#include "kvphase/io/csv.hpp"
+#include "kvphase/io/fields_json.hpp"
+#include "kvphase/io/provenance.hpp"
+#include "kvphase/io/sweep_format.hpp"
+#include "kvphase/sim/sweep_config.hpp"
+#include "kvphase/stats/summary.hpp"
+#include "kvphase/theory/sweep_column.hpp"
+
+namespace kvphase::sim {
+
+/// How a sweep result becomes an output.
+struct output_options {
+  nlohmann::json extra_config = nlohmann::json::object();  ///< program fields added to provenance.config
+  int argc = 0;                                            ///< command line for the provenance
+  const char* const* argv = nullptr;
+  bool theory = false;            ///< add the theory column (throws when not covered: see theory_or_throw)
+  index_t period = 0;             ///< period tested (0: the stride, or the groups when S = 1)
+};
+
+/// The run columns of a config: preset, chunk_window, stride, origin, pool, raw_window, task,
+/// the task's fields (context, dim, …), modulus (the groups), engine (the one used), seed,
+/// params_seed.
+[[nodiscard]] inline std::vector<std::pair<std::string, std::string>> run_columns(const sweep_config& c) {
+  std::vector<std::pair<std::string, std::string>> cols;
+  auto num = [](auto v) {
+    if constexpr (std::is_floating_point_v<decltype(v)>) return io::format_shortest(v);
+    else return std::to_string(v);
+  };
+  cols.emplace_back("preset", c.op.name.empty() ? std::string(compress::to_string(c.op.pool)) : c.op.name);
+  cols.emplace_back("chunk_window", num(c.op.grid.window));
+  cols.emplace_back("stride", num(c.op.grid.stride));
+  cols.emplace_back("origin", num(c.op.grid.origin));
+  cols.emplace_back("pool", compress::to_string(c.op.pool));
+  cols.emplace_back("raw_window", num(c.window));
+  cols.emplace_back("task", std::string(c.task.name()));
+  tasks::any_task t = c.task;
+  t.visit_fields([&](const char* n, auto& v, unsigned = fields::none) {
+    using T = std::remove_cvref_t<decltype(v)>;
+    if (std::string_view(n) == "kind") return;
+    if constexpr (std::is_same_v<T, bool>) cols.emplace_back(n, v ? "true" : "false");
+    else if constexpr (std::is_arithmetic_v<T>) cols.emplace_back(n, num(v));
+    else if constexpr (std::is_same_v<T, std::string>) cols.emplace_back(n, v);
+    else {
+      std::string s;
+      for (std::size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + num(v[i]);
+      cols.emplace_back(n, s);
+    }
+  });
+  cols.emplace_back("modulus", num(c.groups()));
+  cols.emplace_back("engine", to_string(c.resolved_engine()));
+  cols.emplace_back("seed", num(c.seed));
+  cols.emplace_back("params_seed", num(c.params_seed));
+  return cols;
+}
+
+/// The theory column of c, or a kvphase::error naming `theory` and the reason it is not covered.
+[[nodiscard]] inline theory::sweep_column theory_or_throw(const sweep_config& c) {
+  auto t = theory::predict_sweep_column(c);
+  require(t.covered, "theory", "on", "no prediction for this configuration: " + t.reason);
+  return t;
+}
+
+/// The output of one sweep (see the file comment): provenance (config, seed, threads, shard,
+/// command line), analysis settings (modulus = groups, period = the stride, or the groups when
+/// S = 1, unless options.period), the models "compressed" and "full" with the task's label column
+/// (e.g. padding_length) and, with options.theory, the theory column.
+[[nodiscard]] inline io::sweep_result to_output(const sweep_result& r, const output_options& options = {}) {
+  const sweep_config& c = r.config;
+  nlohmann::json config = nlohmann::json::parse(io::fields_to_json(c).dump());
+  config["engine_used"] = to_string(c.resolved_engine());
+  if (options.extra_config.is_object())
+    for (auto it = options.extra_config.begin(); it != options.extra_config.end(); ++it) config[it.key()] = it.value();
+  io::sweep_result out;
+  out.prov = io::make_provenance(std::move(config), c.seed, parallel::thread_count(c.threads), options.argc, options.argv);
+  out.prov.shard_index = c.shard.index;
+  out.prov.shard_count = c.shard.count;
+  out.analysis.modulus = c.groups();
+  out.analysis.period = options.period > 0 ? options.period : c.op.grid.stride >= 2 ? c.op.grid.stride : c.groups();
+  out.analysis.seed = c.seed;
+  out.columns = run_columns(c);
+  std::optional<theory::sweep_column> th;
+  if (options.theory) th = theory_or_throw(c);
+  const std::string_view label_col = c.task.label_column();
+  for (int m = 0; m < 2; ++m) {
+    io::phase_counts pc;
+    pc.model = m == 0 ? "compressed" : "full";
+    const auto& g = m == 0 ? r.compressed : r.full;
+    for (const auto& s : g) {
+      pc.trials.push_back(s.trials);
+      pc.hits.push_back(s.hits);
+    }
+    if (!label_col.empty()) {
+      std::vector<double> L;
+      for (auto l : r.labels) L.push_back(static_cast<double>(l));
+      pc.extra.push_back({std::string(label_col), L});
+    }
+    if (th) pc.extra.push_back({"theory", m == 0 ? th->compressed : th->full});
+    out.models.push_back(std::move(pc));
+  }
+  return out;
+}
+
+/// The whole output text ("csv" or "json"): summaries computed, then serialised.
+[[nodiscard]] inline std::string output_text(const io::sweep_result& out, std::string_view format) {
+  return io::sweep_text(out, stats::summarize(out.models, out.analysis), format);
+}
+
+/// Writes `text` to `path` (throws kvphase::error naming the path on failure).
+inline void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  require(static_cast<bool>(f), "out", path, "cannot be opened for writing");
+  f << text;
+  f.close();
+  require(static_cast<bool>(f), "out", path, "could not be written");
+}
+
+}  // namespace kvphase::sim
