@@ -8,6 +8,9 @@
 ///   naming the parameter.
 /// - confidence is two-sided, strictly inside (0, 1) (e.g. 0.95).
 /// - n = 0 is allowed and defined: recall 0 and the uninformative interval [0, 1].
+/// - Per-group counts (require_group_counts, used by every stats function on groups): the total
+///   Σ_g trials_g is summed with overflow checks and must not exceed max_total_trials = 2^53, so
+///   every count and every sum of counts is exact in a double and no int64 sum overflows.
 /// - Intervals are clamped to [0, 1]; k = 0 gives low = 0 exactly and k = n gives high = 1
 ///   exactly (both methods). Nothing returns NaN.
 ///
@@ -74,8 +77,28 @@ inline void require_counts(std::int64_t hits, std::int64_t trials, std::string_v
   }
 }
 
-/// Throws unless hits and trials have the same, non-zero length and every pair is valid.
-/// Names the offending element, e.g. "hits[3]".
+/// Largest total number of trials (summed over groups, and over seeds when pooling) any stats
+/// function accepts: 2^53, the largest integer range a double holds exactly.
+inline constexpr std::int64_t max_total_trials = std::int64_t{1} << 53;
+
+/// Σ values with overflow checks; throws (naming `parameter`) when the sum exceeds
+/// max_total_trials. Values are assumed ≥ 0 (checked by the callers).
+inline std::int64_t checked_total(std::span<const std::int64_t> values, std::string_view parameter = "trials") {
+  std::int64_t total = 0;
+  for (std::size_t g = 0; g < values.size(); ++g) {
+    std::int64_t next = 0;
+    if (__builtin_add_overflow(total, values[g], &next) || next > max_total_trials) {
+      fail("sum of " + std::string(parameter), next > max_total_trials ? next : values[g],
+           "must be <= 2^53 = " + std::to_string(max_total_trials) + " (exceeded at " + std::string(parameter) + "[" +
+               std::to_string(g) + "])");
+    }
+    total = next;
+  }
+  return total;
+}
+
+/// Throws unless hits and trials have the same, non-zero length, every pair is valid and the
+/// total number of trials is at most max_total_trials. Names the offending element, e.g. "hits[3]".
 inline void require_group_counts(std::span<const std::int64_t> hits, std::span<const std::int64_t> trials) {
   require(!trials.empty(), "trials.size()", trials.size(), "must be >= 1 (one entry per group)");
   require(hits.size() == trials.size(), "hits.size()", hits.size(),
@@ -87,6 +110,7 @@ inline void require_group_counts(std::span<const std::int64_t> hits, std::span<c
     tn.append(std::to_string(g)).push_back(']');
     require_counts(hits[g], trials[g], hn, tn);
   }
+  (void)checked_total(trials, "trials");
 }
 
 /// Point estimate k/n; 0 when n = 0 (defined, never NaN).
@@ -119,12 +143,12 @@ inline interval wilson_interval(std::int64_t hits, std::int64_t trials, double c
   return ci;
 }
 
-/// Clopper–Pearson interval for hits/trials at the given two-sided confidence.
-inline interval clopper_pearson_interval(std::int64_t hits, std::int64_t trials, double confidence = 0.95) {
-  require_counts(hits, trials);
-  require_confidence(confidence);
+namespace detail {
+/// Clopper–Pearson at two-sided error alpha (each tail alpha/2); counts already checked,
+/// 0 < alpha < 1. Taking alpha rather than 1 − alpha keeps small per-group errors (Šidák
+/// levels) exact.
+inline interval clopper_pearson_alpha(std::int64_t hits, std::int64_t trials, double alpha) {
   if (trials == 0) return {0.0, 1.0};
-  const double alpha = 1.0 - confidence;
   const double k = static_cast<double>(hits);
   const double n = static_cast<double>(trials);
   interval ci{0.0, 1.0};
@@ -137,6 +161,42 @@ inline interval clopper_pearson_interval(std::int64_t hits, std::int64_t trials,
     ci.high = boost::math::quantile(boost::math::complement(b, alpha / 2.0));
   }
   return ci;
+}
+}  // namespace detail
+
+/// Clopper–Pearson interval for hits/trials at the given two-sided confidence.
+inline interval clopper_pearson_interval(std::int64_t hits, std::int64_t trials, double confidence = 0.95) {
+  require_counts(hits, trials);
+  require_confidence(confidence);
+  return detail::clopper_pearson_alpha(hits, trials, 1.0 - confidence);
+}
+
+/// Per-interval two-sided error of m simultaneous intervals with joint confidence `confidence`
+/// for independent estimates (Šidák): 1 − (confidence)^(1/m) = −expm1(log(confidence)/m).
+/// m ≥ 1; with m = 1 it is 1 − confidence.
+inline double sidak_alpha(double confidence, std::int64_t m) {
+  require_confidence(confidence);
+  require(m >= 1, "m", m, "must be >= 1 (number of simultaneous intervals)");
+  return -std::expm1(std::log(confidence) / static_cast<double>(m));
+}
+
+/// Simultaneous Clopper–Pearson intervals for every group: each at two-sided error
+/// sidak_alpha(confidence, M'), M' = number of groups with at least one trial (empty groups get
+/// [0, 1] and do not count). For independent groups — trials of different groups are
+/// independent draws — P(every p_g inside its interval) = Π_g P(p_g inside) ≥
+/// (confidence^(1/M'))^M' = confidence, for every sample size: Clopper–Pearson never covers
+/// below its level, so the guarantee is exact, not asymptotic.
+inline std::vector<interval> simultaneous_intervals(std::span<const std::int64_t> hits,
+                                                    std::span<const std::int64_t> trials, double confidence = 0.95) {
+  require_group_counts(hits, trials);
+  require_confidence(confidence);
+  std::int64_t nonempty = 0;
+  for (auto n : trials) nonempty += n > 0;
+  std::vector<interval> out(trials.size(), interval{0.0, 1.0});
+  if (nonempty == 0) return out;
+  const double alpha = sidak_alpha(confidence, nonempty);
+  for (std::size_t g = 0; g < trials.size(); ++g) out[g] = detail::clopper_pearson_alpha(hits[g], trials[g], alpha);
+  return out;
 }
 
 /// The interval chosen by `method` (Wilson by default).

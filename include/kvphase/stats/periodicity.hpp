@@ -82,11 +82,13 @@ inline const char* to_string(periodicity_reference r) noexcept {
 struct periodicity_options {
   periodicity_statistic statistic = periodicity_statistic::harmonics;
   periodicity_reference reference = periodicity_reference::permutation;
-  std::int64_t permutations = 9999;  ///< B for the permutation reference (≥ 1)
+  std::int64_t permutations = 9999;  ///< B for the permutation reference, 1 ≤ B ≤ max_resamples (10^6)
   std::uint64_t seed = 0;            ///< stream seed of the permutations
 
   void validate() const {
     require(permutations >= 1, "periodicity_options.permutations", permutations, "must be >= 1");
+    require(permutations <= max_resamples, "periodicity_options.permutations", permutations,
+            "must be <= " + std::to_string(max_resamples));
   }
 };
 
@@ -147,6 +149,7 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
     return t;
   };
 
+  // Σ trials ≤ max_total_trials (checked by require_group_counts), so these sums cannot overflow.
   std::int64_t N = 0, Y = 0, nonempty = 0;
   for (std::size_t g = 0; g < M; ++g) {
     N += trials[g];
