@@ -297,3 +297,67 @@ TEST_CASE("intervals: the Chernoff fallback covers and matches Clopper-Pearson a
   CHECK(ch[0].high == Approx(stats::clopper_pearson_interval(0, n, 1 - alpha).high).epsilon(1e-12));
   CHECK(ch[n].low == Approx(stats::clopper_pearson_interval(n, n, 1 - alpha).low).epsilon(1e-12));
 }
+
+TEST_CASE("hypergeometric_draw: Cornish-Fisher above the threshold is within 1e-7 in total variation", "[stats][bootstrap]") {
+  // The draw is monotone in u, so its CDF at k is the largest u with draw(u) ≤ k, found by
+  // bisection to double resolution; the total-variation distance to the exact law (pmf by the
+  // ratio recursion from the mode in long double, normalised over ±14 sd) must stay below the
+  // documented 1e-7. Shapes at the threshold variance: symmetric, skewed (Poisson-like, the
+  // largest skewness at that variance), and draws of most of the population.
+  struct hyp_case {
+    double N, K, n;
+  };
+  for (auto c : {hyp_case{1.7e7, 8.5e6, 8.5e6}, hyp_case{1e12, 1.002e9, 1.002e9}, hyp_case{1e8, 5e6, 3.1e7},
+                 hyp_case{1e10, 1e8, 9.8e9}}) {
+    const std::int64_t N = static_cast<std::int64_t>(c.N), K = static_cast<std::int64_t>(c.K),
+                       n = static_cast<std::int64_t>(c.n);
+    const long double Nl = N, Kl = K, nl = n;
+    const long double var = nl * (Kl / Nl) * (1 - Kl / Nl) * (Nl - nl) / (Nl - 1), sd = std::sqrt(var);
+    REQUIRE(var >= stats::hypergeometric_approximation_variance);
+    const long double mu = nl * Kl / Nl;
+    const std::int64_t lo = static_cast<std::int64_t>(mu - 14 * sd), hi = static_cast<std::int64_t>(mu + 14 * sd);
+    const std::int64_t m = static_cast<std::int64_t>(std::floor((nl + 1) * (Kl + 1) / (Nl + 2)));
+    std::vector<long double> pmf(static_cast<std::size_t>(hi - lo + 1));
+    pmf[m - lo] = 1;
+    for (std::int64_t x = m; x < hi; ++x)
+      pmf[x + 1 - lo] = pmf[x - lo] * (Kl - x) * (nl - x) / ((x + 1.0L) * (Nl - Kl - nl + x + 1));
+    for (std::int64_t x = m; x > lo; --x)
+      pmf[x - 1 - lo] = pmf[x - lo] * x * (Nl - Kl - nl + x) / ((Kl - x + 1) * (nl - x + 1));
+    long double total = 0;
+    for (auto v : pmf) total += v;
+    auto cdf = [&](std::int64_t k) {  // P(draw ≤ k) = sup{u : draw(u) ≤ k}
+      double a = 0, b = 1;
+      for (int i = 0; i < 64; ++i) {
+        const double mid = 0.5 * (a + b);
+        (stats::hypergeometric_draw(N, K, n, mid) <= k ? a : b) = mid;
+      }
+      return a;
+    };
+    long double tv = 0, prev = cdf(lo - 1);
+    for (std::int64_t k = lo; k <= hi; ++k) {
+      const long double now = cdf(k);
+      tv += std::abs((now - prev) - pmf[k - lo] / total);
+      prev = now;
+    }
+    tv /= 2;  // the exact mass outside ±14 sd is below 1e-40
+    INFO("N=" << N << " K=" << K << " n=" << n << ": total variation " << (double)tv);
+    CHECK(tv < 1e-7);
+  }
+}
+
+TEST_CASE("periodicity: permutations at 10^12 trials per group are fast", "[stats][periodicity]") {
+  // Inversion walked ~10^5 steps a draw here (minutes for 9999 permutations).
+  const std::int64_t n = 1'000'000'000'000;
+  counts t(8, n), h(8);
+  for (int g = 0; g < 8; ++g) h[g] = n / 2 + (g % 4 == 1 ? 10'000'000 : 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = stats::periodicity_test(h, t, 8, 4, {.permutations = 9999, .seed = 1});
+  const double seconds = seconds_since(t0);
+  INFO(seconds << " s");
+  CHECK(seconds < 5.0);
+  // Effect 1e-5 in two groups, each with sd 5e-7: about 28 sd in the folded class.
+  CHECK(r.p == Approx(1.0 / 10000));
+  // Flat at the same size: the permutation p-value is not small.
+  const counts hf(8, n / 2);
+  CHECK(stats::periodicity_test(hf, t, 8, 4, {.permutations = 999, .seed = 2}).p == 1.0);
+}
