@@ -17,7 +17,12 @@
 /// Wilson (1927): with z = Φ⁻¹(1 − α/2), p̂ = k/n,
 ///   centre = (p̂ + z²/(2n)) / (1 + z²/n),  half = z/(1 + z²/n) · sqrt(p̂(1 − p̂)/n + z²/(4n²)).
 /// Clopper–Pearson (1934): low = B⁻¹(α/2; k, n − k + 1), high = B⁻¹(1 − α/2; k + 1, n − k), with
-///   B⁻¹ the beta quantile (Boost.Math), low = 0 when k = 0 and high = 1 when k = n.
+///   B⁻¹ the beta quantile (Boost.Math), low = 0 when k = 0 and high = 1 when k = n. Where
+///   Boost cannot evaluate the quantile (huge, unequal shapes such as 1.5e11 of 1e12) the
+///   Chernoff interval, with the same never-below-nominal guarantee and ~20% wider, is returned.
+/// Simultaneous intervals (simultaneous_intervals): Clopper–Pearson for every group at the Šidák
+///   per-group error 1 − confidence^(1/M'), jointly covering all M' non-empty groups' recalls
+///   with probability ≥ confidence (the basis of the phase-gap interval, stats/gap.hpp).
 
 #include <algorithm>
 #include <cmath>
