@@ -31,9 +31,10 @@ int main() {
     const st::periodicity_result per = st::periodicity_test(a.hits, a.trials, 4, 4, {.seed = 1});
     const st::gap_result gap = st::phase_gap_bootstrap(a.hits, a.trials, {.seed = 1});
     std::printf("%s: phase 0 %lld/%lld [%.3f, %.3f]; uniformity p %.3g; period 4 p %.4f; "
-                "gap %.4f [%.4f, %.4f]; seed gaps %.4f, %.4f\n",
+                "gap %.4f [%.4f, %.4f] (raw %.4f, percentile [%.4f, %.4f]); seed gaps %.4f, %.4f\n",
                 m == 0 ? "compressed" : "full", static_cast<long long>(a.hits[0]),
-                static_cast<long long>(a.trials[0]), ci.low, ci.high, u.p, per.p, gap.gap, gap.ci.low,
-                gap.ci.high, a.seed_gaps[0], a.seed_gaps[1]);
+                static_cast<long long>(a.trials[0]), ci.low, ci.high, u.p, per.p, gap.bias_corrected,
+                gap.simultaneous.low, gap.simultaneous.high, gap.gap, gap.ci.low, gap.ci.high, a.seed_gaps[0],
+                a.seed_gaps[1]);
   }
 }

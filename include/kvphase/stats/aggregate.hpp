@@ -10,6 +10,12 @@
 ///   over seeds with at least one trial in that group, and the standard error sd/√k; likewise
 ///   for the per-seed phase gap. With a single seed the spread is 0. This is the "between-seed
 ///   SD" that separates seed-to-seed variation (e.g. of a trained model) from binomial noise.
+///
+/// Bounds: the pooled total Σ_s Σ_g trials[s][g] must not exceed max_total_trials (2^53); it is
+/// summed with overflow checks and a larger total throws kvphase::error naming the seed and
+/// group where it was exceeded.
+/// Degenerate input is defined: one seed gives spread 0; a group with no trials in any seed has
+/// mean, sd and se 0; one group gives seed gaps 0.
 
 #include <cmath>
 #include <cstdint>
@@ -70,10 +76,15 @@ inline seed_aggregate aggregate_seeds(const std::vector<std::vector<std::int64_t
   a.seeds = static_cast<std::int64_t>(trials.size());
   a.trials.assign(G, 0);
   a.hits.assign(G, 0);
+  std::int64_t total = 0;
   for (std::size_t s = 0; s < trials.size(); ++s) {
     for (std::size_t g = 0; g < G; ++g) {
-      a.trials[g] += trials[s][g];
-      a.hits[g] += hits[s][g];
+      if (__builtin_add_overflow(total, trials[s][g], &total) || total > max_total_trials) {
+        fail("trials[" + std::to_string(s) + "][" + std::to_string(g) + "]", trials[s][g],
+             "makes the pooled total exceed 2^53 = " + std::to_string(max_total_trials));
+      }
+      a.trials[g] += trials[s][g];  // ≤ total: cannot overflow
+      a.hits[g] += hits[s][g];      // ≤ trials
     }
     a.seed_gaps.push_back(detail::gap_of(hits[s], trials[s]).gap);
   }

@@ -33,6 +33,10 @@
 ///   hypergeometric, drawn sequentially (stats/bootstrap.hpp). p = (1 + #{T* ≥ T}) / (B + 1),
 ///   exact in level for any sample size; Monte Carlo standard error sqrt(p(1 − p)/B) reported.
 ///   Permutation b reads stream (seed, combine(permutation_tag, b)): deterministic for a seed.
+///   At most max_resamples (10^6) permutations (validate() rejects more). Each hypergeometric
+///   draw costs O(1) at any size: exact inversion below variance 10^6, the Cornish–Fisher
+///   quantile above (total variation < 1e-7 per draw, so the permutation law of T moves by
+///   less than M·1e-7 and the p-value by less than that — far below its Monte Carlo error).
 /// - chi_square: T ~ χ²(dof) asymptotically (fast; fine when every n_g p̂ (1 − p̂) ≳ 5).
 /// Both p-values are always returned (p is the chosen one).
 ///
@@ -47,7 +51,9 @@
 /// trends out of the group means; otherwise a trend leaks into every frequency.
 ///
 /// Degenerate data (every trial a hit, or none; fewer than two non-empty groups; non-empty
-/// groups all at one phase mod S): T = 0, p = 1, power 0. Never NaN.
+/// groups all at one phase mod S): T = 0, p = 1, power 0. Never NaN. One trial per group and
+/// zero-trial groups are defined too (empty groups are left out of every sum).
+/// Counts: Σ trials ≤ max_total_trials (2^53, checked), so no int64 sum overflows.
 
 #include <algorithm>
 #include <cmath>
@@ -82,11 +88,13 @@ inline const char* to_string(periodicity_reference r) noexcept {
 struct periodicity_options {
   periodicity_statistic statistic = periodicity_statistic::harmonics;
   periodicity_reference reference = periodicity_reference::permutation;
-  std::int64_t permutations = 9999;  ///< B for the permutation reference (≥ 1)
+  std::int64_t permutations = 9999;  ///< B for the permutation reference, 1 ≤ B ≤ max_resamples (10^6)
   std::uint64_t seed = 0;            ///< stream seed of the permutations
 
   void validate() const {
     require(permutations >= 1, "periodicity_options.permutations", permutations, "must be >= 1");
+    require(permutations <= max_resamples, "periodicity_options.permutations", permutations,
+            "must be <= " + std::to_string(max_resamples));
   }
 };
 
@@ -147,6 +155,7 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
     return t;
   };
 
+  // Σ trials ≤ max_total_trials (checked by require_group_counts), so these sums cannot overflow.
   std::int64_t N = 0, Y = 0, nonempty = 0;
   for (std::size_t g = 0; g < M; ++g) {
     N += trials[g];

@@ -10,7 +10,8 @@
 ///
 /// Defined behaviour, never NaN: groups with zero trials are left out; with fewer than two
 /// non-empty groups, or when every trial is a hit or none is (p̂ ∈ {0, 1}), there is no evidence
-/// against equality: statistic 0, p = 1.
+/// against equality: statistic 0, p = 1. Σ trials ≤ max_total_trials (2^53, checked) keeps every
+/// sum exact in double.
 /// The χ² reference is asymptotic; with expected cell counts below ~5 prefer the permutation
 /// p-value of periodicity_test (which, at period = modulus, tests exactly this hypothesis).
 
