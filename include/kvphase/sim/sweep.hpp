@@ -129,7 +129,7 @@ struct sweep_config {
                   " is not linear in the keys: only the key engine models it exactly");
       require(op.heads == 1, "heads", op.heads, "sweeps model one compression head");
     }
-    require(window >= 0, "window", window, "must be >= 0");
+    require(window >= 0 && window <= (index_t(1) << 30), "window", window, "must be in [0, 2^30]");
     require(modulus >= 0 && modulus <= 4096, "modulus", modulus, "must be in [0, 4096] (0: the stride)");
     require(trials >= 1 && trials <= (index_t(1) << 40), "trials", trials, "must be in [1, 2^40]");
     require(threads >= 0 && threads <= 1024, "threads", threads, "must be in [0, 1024]");
