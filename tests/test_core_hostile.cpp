@@ -16,6 +16,8 @@
 #include <kvphase/tasks/padding.hpp>
 #include <kvphase/theory/gaussian.hpp>
 #include <kvphase/theory/padding.hpp>
+#include <kvphase/train/model.hpp>
+#include <kvphase/train/trainer.hpp>
 
 #include "../examples/cli_common.hpp"
 
@@ -199,6 +201,31 @@ TEST_CASE("attention settings bound windows and selected blocks", "[core][hostil
   p = {};
   p.select_block = 0;
   CHECK_THROWS_WITH(p.validate(), Contains("select_block = 0"));
+}
+
+TEST_CASE("training helpers check indices and sizes once per call", "[core][hostile]") {
+  namespace train = kvphase::train;
+  train::position_counts pc;
+  pc.hits = {1, 2, 3};
+  pc.trials = {4, 4, 4};
+  CHECK_THROWS_WITH(train::by_phase(pc, i64max), Contains("period = 9223372036854775807"));
+  CHECK_THROWS_WITH(train::by_phase(pc, 0), Contains("period = 0"));
+  CHECK(train::by_phase(pc, 2).hits == std::vector<std::int64_t>{4, 2});
+  pc.trials.pop_back();
+  CHECK_THROWS_WITH(train::by_phase(pc, 2), Contains("position_counts.trials.size() = 2"));
+
+  const train::retrieval_task task{.n_context = 16, .raw_window = 4, .n_keys = 8, .key_dim = 4, .n_values = 4};
+  train::model_config cfg{};
+  cfg.spec.heads = 1;
+  cfg.head_dim = 4;
+  const auto params = train::init_params(task, cfg);
+  const kvphase::matrixd x = kvphase::matrixd::Zero(task.n_context, task.model_dim());
+  const kvphase::vectord xq = kvphase::vectord::Zero(task.model_dim());
+  CHECK_NOTHROW(train::forward_backward(task, cfg, params, x, xq, 3));
+  CHECK_THROWS_WITH(train::forward_backward(task, cfg, params, x, xq, 4), Contains("answer = 4"));
+  CHECK_THROWS_WITH(train::forward_backward(task, cfg, params, x, xq, -1), Contains("answer = -1"));
+  const kvphase::matrixd short_x = kvphase::matrixd::Zero(task.n_context - 1, task.model_dim());
+  CHECK_THROWS_WITH(train::forward_backward(task, cfg, params, short_x, xq, 0), Contains("x.rows() = 15"));
 }
 
 // ---- the shared command-line value parsing (examples/cli_common.hpp) ---------------------------
