@@ -194,7 +194,7 @@ CLI::Validator integer(T lo, T hi) {
         s = std::to_string(*v);
         return {};
       },
-      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", "kvphase integer");
+      "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", "kvphase integer");
 }
 
 /// Validator of a real in [lo, hi]: never NaN; ±inf only when allow_nonfinite.
@@ -207,13 +207,16 @@ inline CLI::Validator real(double lo, double hi, bool allow_nonfinite = false) {
         s = detail::canonical_real(*v);
         return {};
       },
-      "REAL", "kvphase real");
+      detail::real_rule(lo, hi, allow_nonfinite).substr(10), "kvphase real");  // drop "must be a "
 }
 
 /// An integer flag whose values must lie in [lo, hi]. The variable's initial value is the
 /// default (shown in --help) and may lie outside the range as a sentinel ("-1: the preset's").
+/// lo and hi take T from `var` (add_int(app, "--context", o.context, 0, 1 << 30, ...) compiles for
+/// any integer type of o.context).
 template <class T>
-CLI::Option* add_int(CLI::App& app, const std::string& name, T& var, T lo, T hi, const std::string& help) {
+CLI::Option* add_int(CLI::App& app, const std::string& name, T& var, std::type_identity_t<T> lo,
+                     std::type_identity_t<T> hi, const std::string& help) {
   return app.add_option(name, var, help)->transform(integer<T>(lo, hi))->capture_default_str();
 }
 
