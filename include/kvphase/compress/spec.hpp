@@ -97,9 +97,8 @@ struct operator_spec {
     for (std::size_t h = 0; h < head_offsets.size(); ++h) {
       // each head's grid must itself be valid: |origin + offset| < 2^40
       const index_t o = head_offsets[h];
-      require(o > -chunk_grid::max_extent && o < chunk_grid::max_extent &&
-                  chunk_grid::in_extent(grid.origin + o),
-              "head_offsets[" + std::to_string(h) + "]", o, "grid.origin + offset must be within ±2^40");
+      if (!(o > -chunk_grid::max_extent && o < chunk_grid::max_extent && chunk_grid::in_extent(grid.origin + o)))
+        fail("head_offsets[" + std::to_string(h) + "]", o, "grid.origin + offset must be within ±2^40");
     }
     require(content_std >= 0.0 && std::isfinite(content_std), "content_std", content_std,
             "must be finite and >= 0");
@@ -145,9 +144,10 @@ struct operator_spec {
   /// Grid of compression head h (origin shifted by head_offsets[h]).
   /// Throws kvphase::error unless 0 <= h < heads (and, with offsets, h < head_offsets.size()).
   [[nodiscard]] chunk_grid head_grid(index_t h) const {
-    require(h >= 0 && h < heads, "head", h, "must be in [0, heads = " + std::to_string(heads) + ")");
-    require(head_offsets.empty() || h < static_cast<index_t>(head_offsets.size()), "head", h,
-            "must be < head_offsets.size() = " + std::to_string(head_offsets.size()));
+    // messages are built only on failure: head_grid runs on every compress call
+    if (h < 0 || h >= heads) fail("head", h, "must be in [0, heads = " + std::to_string(heads) + ")");
+    if (!head_offsets.empty() && h >= static_cast<index_t>(head_offsets.size()))
+      fail("head", h, "must be < head_offsets.size() = " + std::to_string(head_offsets.size()));
     chunk_grid g = grid;
     if (!head_offsets.empty()) g.origin += head_offsets[static_cast<std::size_t>(h)];
     return g;
@@ -172,12 +172,13 @@ struct operator_spec {
                 pool == pool_kind::slot_gate,
             "pool", to_string(pool), "has no fixed slot weights (identity, mean, weights or slot_gate only)");
     require(W >= 1 && W <= limits::max_chunk_window, "window", W, "must be in [1, 2^20]");
-    require(masked >= 0 && masked < W, "masked", masked,
-            "must be in [0, window = " + std::to_string(W) + "): at least one slot must be unmasked");
-    require(pool != pool_kind::weights || static_cast<index_t>(slot_weights.size()) == W, "slot_weights.size()",
-            slot_weights.size(), "must equal window (" + std::to_string(W) + ")");
-    require(pool != pool_kind::slot_gate || slot_bias.empty() || static_cast<index_t>(slot_bias.size()) == W,
-            "slot_bias.size()", slot_bias.size(), "must be 0 or equal window (" + std::to_string(W) + ")");
+    // messages are built only on failure: this runs once per entry in the theory
+    if (masked < 0 || masked >= W)
+      fail("masked", masked, "must be in [0, window = " + std::to_string(W) + "): at least one slot must be unmasked");
+    if (pool == pool_kind::weights && static_cast<index_t>(slot_weights.size()) != W)
+      fail("slot_weights.size()", slot_weights.size(), "must equal window (" + std::to_string(W) + ")");
+    if (pool == pool_kind::slot_gate && !slot_bias.empty() && static_cast<index_t>(slot_bias.size()) != W)
+      fail("slot_bias.size()", slot_bias.size(), "must be 0 or equal window (" + std::to_string(W) + ")");
     std::vector<double> w(static_cast<std::size_t>(W), 0.0);
     double s = 0.0;
     for (index_t r = masked; r < W; ++r) {

@@ -75,10 +75,10 @@ template <class T>
 
 /// Element count rows · cols of a buffer, checked: both ≥ 0 and the product ≤ max_elements.
 [[nodiscard]] inline index_t checked_elements(index_t rows, index_t cols, std::string_view parameter) {
-  require(rows >= 0 && cols >= 0, parameter, detail::checked_text(rows, '*', cols), "sizes must be >= 0");
+  // the message text is built only on failure (this runs on success paths)
+  if (rows < 0 || cols < 0) fail(parameter, detail::checked_text(rows, '*', cols), "sizes must be >= 0");
   const index_t n = checked_mul(rows, cols, parameter);
-  require(n <= limits::max_elements, parameter, detail::checked_text(rows, '*', cols),
-          "must be <= 2^46 elements");
+  if (n > limits::max_elements) fail(parameter, detail::checked_text(rows, '*', cols), "must be <= 2^46 elements");
   return n;
 }
 

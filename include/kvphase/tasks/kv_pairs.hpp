@@ -85,8 +85,9 @@ struct kv_pairs_config {
     require(context >= 0 && context <= limits::max_tokens, "context", context, "must be in [0, 2^30]");
     const index_t tokens = checked_add(checked_mul(pairs, pair_span(), "pairs * (key_span + value_span)"),
                                        modulus + 64, "pairs * (key_span + value_span) + modulus + 64");
-    require(context >= tokens, "context", context,
-            "must hold pairs * (key_span + value_span) + modulus + 64 = " + std::to_string(tokens) + " tokens");
+    if (context < tokens)  // message built only on failure: validate runs once per trial layout
+      fail("context", context,
+           "must hold pairs * (key_span + value_span) + modulus + 64 = " + std::to_string(tokens) + " tokens");
     require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
     require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
     require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
