@@ -3,6 +3,26 @@ add_test(NAME example.train_phase_quick
   COMMAND train_phase --quick --threads 1 --out ${CMAKE_CURRENT_BINARY_DIR}/train_phase_quick)
 set_tests_properties(example.train_phase_quick PROPERTIES LABELS "example;train"
   PASS_REGULAR_EXPRESSION "plain periodic in phase \\(p < 0.01\\): yes, full attention periodic: no")
+# train: hostile values (issue 15) exit 2 naming the flag, the value and the rule, before any
+# training (an unwritable --out is found first, not after the run). Case: name|arguments|expected.
+foreach(_kv_case
+    "variants_empty|--variants ''|--variants = : must be all or a comma list"
+    "variants_empty_item|--variants plain,,full_attention|--variants = plain,,full_attention: has an empty item"
+    "variants_unknown|--variants plain,nothing|mitigation = nothing: must be one of"
+    "out_unwritable|--quick --out /proc/kvphase_no_such_dir|--out = /proc/kvphase_no_such_dir: cannot be created"
+    "seed_negative|--seed -1|--seed: value -1 must be a decimal integer in \\[0,"
+    "steps_trailing_junk|--steps 1x|--steps: value 1x must be a decimal integer"
+    "lr_nan|--lr nan|--lr: value nan must be a finite number"
+    "threads_zero|--threads 0|--threads: value 0 must be a decimal integer in \\[1, 64\\]")
+  string(REPLACE "|" ";" _kv_parts "${_kv_case}")
+  list(GET _kv_parts 0 _kv_name)
+  list(GET _kv_parts 1 _kv_args)
+  list(GET _kv_parts 2 _kv_expect)
+  add_test(NAME example.train_phase_hostile_${_kv_name}
+    COMMAND sh -c "'$<TARGET_FILE:train_phase>' ${_kv_args} > /dev/null 2> '${CMAKE_CURRENT_BINARY_DIR}/train_hostile_${_kv_name}.err'; rc=$?; cat '${CMAKE_CURRENT_BINARY_DIR}/train_hostile_${_kv_name}.err'; test $rc -eq 2 && echo exit-2")
+  set_tests_properties(example.train_phase_hostile_${_kv_name} PROPERTIES LABELS "example;train" TIMEOUT 30
+    PASS_REGULAR_EXPRESSION "${_kv_expect}.*exit-2")
+endforeach()
 
 # kvphase-merge: two shards (CSV + JSON) merge to the unsharded run's bytes (provenance lines
 # aside); a missing shard, a duplicate shard, a mismatched config and a bad flag exit 2.

@@ -89,12 +89,21 @@ std::string p_text(double p) {
   return os.str();
 }
 
+/// "all" or a comma list of mitigation names; an empty list or an empty item is an error (it
+/// would train nothing and still exit 0).
 std::vector<mitigation> parse_variants(const std::string& list) {
-  std::vector<mitigation> out;
   if (list == "all") return {std::begin(all_mitigations), std::end(all_mitigations)};
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(parse_mitigation(item));
+  require(!list.empty(), "--variants", list, "must be all or a comma list of variants, not empty");
+  std::vector<mitigation> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', start);
+    const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    require(!item.empty(), "--variants", list, "has an empty item");
+    out.push_back(parse_mitigation(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
   return out;
 }
 
@@ -112,34 +121,35 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   std::string variants_text = "all", out_dir = "train_out";
   bool quick = false;
-  app.add_option("--steps", tc.steps, "training steps")->capture_default_str();
-  app.add_option("--batch", tc.batch, "examples per step")->capture_default_str();
-  app.add_option("--lr", tc.adam.lr, "Adam learning rate")->capture_default_str();
-  app.add_option("--heads", base.spec.heads, "heads per layer")->capture_default_str();
-  app.add_option("--layers", base.layers, "attention layers")->capture_default_str();
-  app.add_option("--head-dim", base.head_dim, "head dimension")->capture_default_str();
-  app.add_option("--stride", stride, "compression stride S (window W = S in the base)")->capture_default_str();
-  app.add_option("--n-context", task.n_context, "context tokens")->capture_default_str();
-  app.add_option("--raw-window", task.raw_window, "raw window tokens")->capture_default_str();
-  app.add_option("--n-keys", task.n_keys, "key vocabulary")->capture_default_str();
-  app.add_option("--key-dim", task.key_dim, "key embedding dimension")->capture_default_str();
-  app.add_option("--n-values", task.n_values, "value vocabulary")->capture_default_str();
-  app.add_option("--seeds", seeds, "training seeds per variant")->capture_default_str();
-  app.add_option("--seed", seed, "first seed (init seed s, data seed 1000 + s)")->capture_default_str();
-  app.add_option("--trials", trials, "evaluation trials per target position")->capture_default_str();
-  app.add_option("--permutations", permutations, "permutations of the periodicity test")->capture_default_str();
-  app.add_option("--entropy-reg", ms.entropy_reg, "lambda of the gate_entropy mitigation")->capture_default_str();
+  namespace cl = kvphase::cli;
+  cl::add_int<index_t>(app, "--steps", tc.steps, 0, 10'000'000, "training steps");
+  cl::add_int<index_t>(app, "--batch", tc.batch, 1, 65536, "examples per step");
+  cl::add_real(app, "--lr", tc.adam.lr, 0.0, 1e6, "Adam learning rate (> 0)");
+  cl::add_int<index_t>(app, "--heads", base.spec.heads, 1, 64, "heads per layer");
+  cl::add_int<index_t>(app, "--layers", base.layers, 1, 8, "attention layers");
+  cl::add_int<index_t>(app, "--head-dim", base.head_dim, 1, 1024, "head dimension");
+  cl::add_int<index_t>(app, "--stride", stride, 1, 4096, "compression stride S (window W = S in the base)");
+  cl::add_int<index_t>(app, "--n-context", task.n_context, 2, 65536, "context tokens");
+  cl::add_int<index_t>(app, "--raw-window", task.raw_window, 0, 65535, "raw window tokens");
+  cl::add_int<index_t>(app, "--n-keys", task.n_keys, 2, index_t(1) << 20, "key vocabulary");
+  cl::add_int<index_t>(app, "--key-dim", task.key_dim, 1, 4096, "key embedding dimension");
+  cl::add_int<index_t>(app, "--n-values", task.n_values, 2, 4096, "value vocabulary");
+  cl::add_int<index_t>(app, "--seeds", seeds, 1, 100, "training seeds per variant");
+  cl::add_u64(app, "--seed", seed, "first seed (init seed s, data seed 1000 + s)");
+  cl::add_int<index_t>(app, "--trials", trials, 1, 10'000'000, "evaluation trials per target position");
+  cl::add_int<std::int64_t>(app, "--permutations", permutations, 1, 10'000'000,
+                            "permutations of the periodicity test");
+  cl::add_real(app, "--entropy-reg", ms.entropy_reg, 0.0, 1e6, "lambda of the gate_entropy mitigation");
   app.add_option("--variants", variants_text,
                  "comma list of plain, overlap, shifted_heads, random_offset, blur, gate_entropy, content_gate, "
                  "full_attention, or all")
       ->capture_default_str();
-  app.add_option("--threads", threads, "training jobs run in parallel (results do not depend on it)")
-      ->capture_default_str();
+  cl::add_int<index_t>(app, "--threads", threads, 1, 64, "training jobs run in parallel (results do not depend on it)");
   app.add_option("--out", out_dir, "output directory")->capture_default_str();
   app.add_flag("--quick", quick, "short run for tests: small task, plain and full_attention, 1 seed");
   if (const auto status = kvphase::cli::parse(app, argc, argv, "train_phase")) return *status;
 
-  try {
+  return kvphase::cli::run("train_phase", [&]() -> int {
     if (quick) {
       task = {.n_context = 28, .raw_window = 4, .n_keys = 64, .key_dim = 16, .n_values = 8, .embed_seed = 2};
       base.layers = 1;
@@ -165,6 +175,7 @@ int main(int argc, char** argv) {
     ec.validate();
     require(task.target_end() % (2 * stride) == 0, "n_context - raw_window", task.target_end(),
             "must be a multiple of 2 * stride (equal trials per residue mod 2S)");
+    cl::check_writable_dir(out_dir, "--out");  // before the run, not after it
 
     std::cout << task << "\n" << base << "\n" << tc << "\nvariants:";
     for (auto k : kinds) std::cout << " " << to_string(k);
@@ -533,9 +544,6 @@ int main(int argc, char** argv) {
                 << ")\nheadline: plain periodic in phase (p < 0.01): " << (sp.period.p < 0.01 ? "yes" : "no")
                 << ", full attention periodic: " << (sf.period.p < 0.01 ? "yes" : "no") << "\n";
     }
-  } catch (const kvphase::error& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

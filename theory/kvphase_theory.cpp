@@ -14,6 +14,7 @@
 // documented bound of the approximation used, if any.
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -33,15 +34,14 @@ using namespace kvphase;
 
 namespace {
 
-std::vector<double> parse_list(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) v.push_back(std::stod(item));
-  }
-  return v;
+/// Strict comma-separated list of finite reals (kvphase::error naming `flag` on any bad item).
+std::vector<double> parse_list(const std::string& s, std::string_view flag) {
+  return kvphase::cli::parse_real_list(s, flag);
 }
+
+constexpr index_t max_extent = (index_t(1) << 40) - 1;
+constexpr index_t max_tokens = index_t(1) << 30;
+constexpr index_t max_trials = index_t(1) << 32;
 
 struct common_args {
   index_t window = 4, stride = 4, origin = 0;
@@ -59,18 +59,21 @@ struct common_args {
     s.grid.window = window;
     s.grid.stride = stride;
     s.grid.origin = origin;
-    s.grid.convention = convention == "nsa" ? compress::grid_convention::nsa : compress::grid_convention::v4;
+    s.grid.convention = kvphase::cli::parse_choice(convention, "--convention", {"v4", "nsa"}) == "nsa"
+                            ? compress::grid_convention::nsa
+                            : compress::grid_convention::v4;
     if (pool == "mean") s.pool = compress::pool_kind::mean;
     else if (pool == "identity") s.pool = compress::pool_kind::identity;
     else if (pool == "weights") {
       s.pool = compress::pool_kind::weights;
-      s.slot_weights = parse_list(weights);
+      s.slot_weights = parse_list(weights, "--weights");
     } else if (pool == "gated") {
       s.pool = compress::pool_kind::slot_gate;
-      s.slot_bias = parse_list(gate_bias);
+      if (!gate_bias.empty()) s.slot_bias = parse_list(gate_bias, "--gate-bias");
     } else {
       fail("--pool", pool, "must be mean, identity, weights or gated");
     }
+    require(weights.empty() || pool == "weights", "--weights", weights, "applies only to --pool weights");
     s.validate();
     return s;
   }
@@ -82,29 +85,36 @@ struct common_args {
   theory::recall_options options() const {
     theory::recall_options o;
     o.samples = samples;
-    o.far = far == "independent" ? theory::far_model::independent : theory::far_model::markov;
+    o.far = kvphase::cli::parse_choice(far, "--far", {"markov", "independent"}) == "independent"
+                ? theory::far_model::independent
+                : theory::far_model::markov;
     return o;
   }
 };
 
 void add_common(CLI::App* a, common_args& c) {
-  a->add_option("--window", c.window, "W");
-  a->add_option("--stride", c.stride, "S");
-  a->add_option("--origin", c.origin, "grid origin");
-  a->add_option("--convention", c.convention, "v4 or nsa");
-  a->add_option("--pool", c.pool, "mean, identity, weights, gated");
+  namespace cl = kvphase::cli;
+  cl::add_int<index_t>(*a, "--window", c.window, 1, index_t(1) << 20, "W");
+  cl::add_int<index_t>(*a, "--stride", c.stride, 1, index_t(1) << 20, "S");
+  cl::add_int<index_t>(*a, "--origin", c.origin, -max_extent, max_extent, "grid origin");
+  a->add_option("--convention", c.convention, "v4 or nsa")->check(CLI::IsMember({"v4", "nsa"}));
+  a->add_option("--pool", c.pool, "mean, identity, weights, gated")
+      ->check(CLI::IsMember({"mean", "identity", "weights", "gated"}));
   a->add_option("--weights", c.weights, "slot weights w0,w1,... (pool weights)");
   a->add_option("--gate-bias", c.gate_bias, "slot bias b0,b1,... (pool gated)");
-  a->add_option("--context", c.context, "N");
-  a->add_option("--dim", c.dim, "d");
-  a->add_option("--key-span", c.key_span, "k");
-  a->add_option("--snr", c.snr, "query signal-to-noise (inf = query is the target key)");
-  a->add_option("--target", c.target, "target anchor position (-1 = middle)");
-  a->add_option("--trials", c.trials, "Monte Carlo trials");
-  a->add_option("--samples", c.samples, "conditional Monte Carlo samples of the theory (W > S)");
-  a->add_option("--seed", c.seed, "seed");
-  a->add_option("--far", c.far, "far distractors: markov or independent");
-  a->add_option("--sampler", c.sampler, "Monte Carlo sampler: token or key");
+  cl::add_int<index_t>(*a, "--context", c.context, 1, max_tokens, "N");
+  cl::add_int<index_t>(*a, "--dim", c.dim, 1, 65536, "d");
+  cl::add_int<index_t>(*a, "--key-span", c.key_span, 1, max_tokens, "k");
+  cl::add_real(*a, "--snr", c.snr, 0.0, INFINITY,
+               "query signal-to-noise (inf = query is the target key)", true);
+  cl::add_int<index_t>(*a, "--target", c.target, -1, max_tokens, "target anchor position (-1 = middle)");
+  cl::add_int<index_t>(*a, "--trials", c.trials, 1, max_trials, "Monte Carlo trials");
+  cl::add_int<index_t>(*a, "--samples", c.samples, 100, max_trials,
+                       "conditional Monte Carlo samples of the theory (W > S)");
+  cl::add_u64(*a, "--seed", c.seed, "seed");
+  a->add_option("--far", c.far, "far distractors: markov or independent")
+      ->check(CLI::IsMember({"markov", "independent"}));
+  a->add_option("--sampler", c.sampler, "Monte Carlo sampler: token or key")->check(CLI::IsMember({"token", "key"}));
   a->add_flag("--check", c.check, "exit 1 if prediction and simulation disagree");
 }
 
@@ -159,8 +169,9 @@ int main(int argc, char** argv) {
   index_t gate_samples = 256;
   auto* gates = app.add_subcommand("gates", "slot softmax with random content logits");
   add_common(gates, c);
-  gates->add_option("--gate-content-std", tau, "tau");
-  gates->add_option("--gate-samples", gate_samples, "gate vectors sampled for the numerical integral");
+  kvphase::cli::add_real(*gates, "--gate-content-std", tau, 0.0, 1e6, "tau");
+  kvphase::cli::add_int<index_t>(*gates, "--gate-samples", gate_samples, 16, index_t(1) << 24,
+                                 "gate vectors sampled for the numerical integral (even)");
 
   auto* overlap = app.add_subcommand("overlap", "V4-CSA two-stream overlap (W = 2S) against W = S");
   add_common(overlap, c);
@@ -174,22 +185,24 @@ int main(int argc, char** argv) {
   double strength_correct = 1.0, strength_wrong = 1.2, padding_noise = 0.0;
   index_t offset_correct = 0, offset_wrong = 1, pad_first = 24;
   auto* padding = app.add_subcommand("padding", "two-way choice: fraction of padding lengths the correct answer wins");
-  padding->add_option("--stride", c.stride, "S");
+  kvphase::cli::add_int<index_t>(*padding, "--stride", c.stride, 1, index_t(1) << 20, "S");
   padding->add_option("--gate", gate_profile, "retained weight by slot g0,...,g(S-1)");
-  padding->add_option("--strength-correct", strength_correct);
-  padding->add_option("--strength-wrong", strength_wrong);
-  padding->add_option("--offset-correct", offset_correct);
-  padding->add_option("--offset-wrong", offset_wrong);
-  padding->add_option("--noise", padding_noise);
-  padding->add_option("--first", pad_first, "first padding length");
+  kvphase::cli::add_real(*padding, "--strength-correct", strength_correct, -1e300, 1e300, "strength of the correct evidence");
+  kvphase::cli::add_real(*padding, "--strength-wrong", strength_wrong, -1e300, 1e300, "strength of the wrong evidence");
+  kvphase::cli::add_int<index_t>(*padding, "--offset-correct", offset_correct, -max_extent, max_extent,
+                                 "slot of the correct evidence at L = 0");
+  kvphase::cli::add_int<index_t>(*padding, "--offset-wrong", offset_wrong, -max_extent, max_extent,
+                                 "slot of the wrong evidence at L = 0");
+  kvphase::cli::add_real(*padding, "--noise", padding_noise, 0.0, 1e300, "sigma of the margin");
+  kvphase::cli::add_int<index_t>(*padding, "--first", pad_first, 0, max_tokens, "first padding length");
 
   index_t raw_window = 16;
   auto* window = app.add_subcommand("window", "sliding raw window: distance below which recall is phase-invariant");
   add_common(window, c);
-  window->add_option("--raw-window", raw_window, "raw window length");
+  kvphase::cli::add_int<index_t>(*window, "--raw-window", raw_window, 1, max_tokens, "raw window length");
 
-  try {
-    if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-theory")) return *status;
+  if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-theory")) return *status;
+  return kvphase::cli::run("kvphase-theory", [&]() -> int {
     if (recall->parsed()) {
       const auto spec = c.spec();
       const auto m = c.model();
@@ -234,7 +247,7 @@ int main(int argc, char** argv) {
     if (gates->parsed()) {
       auto spec = c.spec();
       spec.pool = compress::pool_kind::slot_gate;
-      if (spec.slot_bias.empty()) spec.slot_bias = parse_list(c.gate_bias);
+      if (spec.slot_bias.empty() && !c.gate_bias.empty()) spec.slot_bias = parse_list(c.gate_bias, "--gate-bias");
       spec.content_std = tau;
       spec.validate();
       const auto m = c.model();
@@ -269,7 +282,7 @@ int main(int argc, char** argv) {
       while (std::getline(ss, item, ';')) {
         auto s = c.spec();
         s.pool = compress::pool_kind::slot_gate;
-        s.slot_bias = parse_list(item);
+        s.slot_bias = parse_list(item, "--head-bias[" + std::to_string(specs.size()) + "]");
         s.validate();
         specs.push_back(s);
       }
@@ -290,7 +303,7 @@ int main(int argc, char** argv) {
     if (padding->parsed()) {
       theory::padding_model pm;
       pm.stride = c.stride;
-      pm.gate = parse_list(gate_profile);
+      pm.gate = parse_list(gate_profile, "--gate");
       pm.strength_correct = strength_correct;
       pm.strength_wrong = strength_wrong;
       pm.offset_correct = offset_correct;
@@ -313,9 +326,6 @@ int main(int argc, char** argv) {
                   static_cast<long long>(theory::window_compressed_only_distance(raw_window, c.key_span)));
       return 0;
     }
-  } catch (const kvphase::error& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

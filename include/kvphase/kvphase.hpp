@@ -1,7 +1,7 @@
 #pragma once
 /// \file kvphase.hpp  Umbrella header: everything public in kvphase.
 ///
-///   core/      errors, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
+///   core/      errors, size limits and checked arithmetic, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
 ///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
 ///   attention/ kernels, full / compressed / selected attention, multi-head, toy models
 ///   tasks/     needle, key-value pairs, padding flip
@@ -12,6 +12,7 @@
 ///   train/     trainable toy retrieval models, mitigations
 #include "kvphase/version.hpp"
 
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/fields.hpp"
 #include "kvphase/core/parallel.hpp"

@@ -32,6 +32,7 @@
 #include "kvphase/attention/kernels.hpp"
 #include "kvphase/attention/select.hpp"
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
@@ -58,8 +59,10 @@ struct compressed_params {
 
   void validate() const {
     attn.validate();
-    require(window >= 0, "window", window, "must be >= 0 (0 = no raw window)");
-    require(select_block >= 1, "select_block", select_block, "must be >= 1");
+    require(window >= 0 && window <= limits::max_tokens, "window", window,
+            "must be in [0, 2^30] (0 = no raw window)");
+    require(select_block >= 1 && select_block <= limits::max_tokens, "select_block", select_block,
+            "must be in [1, 2^30]");
     for (auto [name, g] : {std::pair{"gate_cmp", gate_cmp}, std::pair{"gate_slc", gate_slc},
                            std::pair{"gate_win", gate_win}}) {
       require(std::isfinite(g), name, g, "must be finite");
@@ -130,7 +133,7 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
     for (index_t i = 0; i < M; ++i) {
       const index_t t = tpos[static_cast<std::size_t>(i)];
       for (index_t b : sel.blocks->of(i)) {
-        require(b >= 0 && b * p.select_block <= t, "selection.blocks[" + std::to_string(i) + "]", b,
+        require(b >= 0 && b <= t / p.select_block, "selection.blocks[" + std::to_string(i) + "]", b,
                 "must be a block that starts at or before the query position " + std::to_string(t));
       }
     }

@@ -23,6 +23,7 @@
 
 #include "kvphase/attention/detail/flash_avx512.hpp"
 #include "kvphase/attention/kernels.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
@@ -47,8 +48,8 @@ struct attention_params {
     require(std::isfinite(scale) && scale >= 0.0, "scale", scale, "must be finite and >= 0 (0 = 1/sqrt(d))");
     require(!std::isnan(sink) && sink < std::numeric_limits<double>::infinity(), "sink", sink,
             "must be a finite logit or -infinity (no sink)");
-    require(block >= 1, "block", block, "must be >= 1");
-    require(threads >= 0, "threads", threads, "must be >= 0 (0 = OpenMP default)");
+    require(block >= 1 && block <= limits::max_tokens, "block", block, "must be in [1, 2^30]");
+    require(threads >= 0 && threads <= 1024, "threads", threads, "must be in [0, 1024] (0 = OpenMP default)");
   }
   template <class Real>
   [[nodiscard]] Real scale_for(index_t d) const noexcept {

@@ -46,6 +46,7 @@
 #include "kvphase/compress/position.hpp"
 #include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/simd.hpp"
@@ -90,12 +91,13 @@ struct toy_model_config {
   int threads = 0;                 ///< OpenMP threads of the attention calls (0 = default)
 
   void validate() const {
-    require(d_model >= 1, "d_model", d_model, "must be >= 1");
-    require(window >= 0, "window", window, "must be >= 0");
-    require(indexer_heads >= 1, "indexer_heads", indexer_heads, "must be >= 1");
-    require(indexer_dim >= 1, "indexer_dim", indexer_dim, "must be >= 1");
-    require(readout_dim >= 0, "readout_dim", readout_dim, "must be >= 0");
-    require(threads >= 0, "threads", threads, "must be >= 0");
+    require(d_model >= 1 && d_model <= limits::max_dim, "d_model", d_model, "must be in [1, 65536]");
+    require(window >= 0 && window <= limits::max_tokens, "window", window, "must be in [0, 2^30]");
+    require(indexer_heads >= 1 && indexer_heads <= limits::max_heads, "indexer_heads", indexer_heads,
+            "must be in [1, 4096]");
+    require(indexer_dim >= 1 && indexer_dim <= limits::max_dim, "indexer_dim", indexer_dim, "must be in [1, 65536]");
+    require(readout_dim >= 0 && readout_dim <= limits::max_dim, "readout_dim", readout_dim, "must be in [0, 65536]");
+    require(threads >= 0 && threads <= 1024, "threads", threads, "must be in [0, 1024]");
     require(!std::isnan(sink) && sink < std::numeric_limits<double>::infinity(), "sink", sink,
             "must be finite or -infinity");
     require(!layers.empty(), "layers.size()", layers.size(), "must be >= 1");

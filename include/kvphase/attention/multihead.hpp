@@ -25,6 +25,7 @@
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/position.hpp"
 #include "kvphase/compress/spec.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
@@ -47,11 +48,12 @@ struct multihead_config {
   [[nodiscard]] bool uses_rope() const noexcept { return rope.anchor != compress::rope_anchor::none; }
 
   void validate() const {
-    require(heads >= 1, "heads", heads, "must be >= 1");
+    require(heads >= 1 && heads <= limits::max_heads, "heads", heads, "must be in [1, 4096]");
     require(kv_heads >= 1 && kv_heads <= heads && heads % kv_heads == 0, "kv_heads", kv_heads,
             "must divide heads (" + std::to_string(heads) + ")");
-    require(head_dim >= 1, "head_dim", head_dim, "must be >= 1");
-    require(value_dim >= 0, "value_dim", value_dim, "must be >= 0 (0 = head_dim)");
+    require(head_dim >= 1 && head_dim <= limits::max_dim, "head_dim", head_dim, "must be in [1, 65536]");
+    require(value_dim >= 0 && value_dim <= limits::max_dim, "value_dim", value_dim,
+            "must be in [0, 65536] (0 = head_dim)");
     rope.validate(head_dim);
     require(sinks.empty() || static_cast<index_t>(sinks.size()) == heads, "sinks.size()", sinks.size(),
             "must be 0 or heads (" + std::to_string(heads) + ")");

@@ -22,6 +22,7 @@
 #include "kvphase/attention/full.hpp"
 #include "kvphase/attention/kernels.hpp"
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
@@ -103,8 +104,8 @@ struct indexer_params {
   index_t top_k = 16;   ///< entries kept per query (clipped to the visible count)
   double scale = 0.0;   ///< score scale; 0 = 1/√dI
   void validate() const {
-    require(heads >= 1, "indexer.heads", heads, "must be >= 1");
-    require(top_k >= 1, "indexer.top_k", top_k, "must be >= 1");
+    require(heads >= 1 && heads <= limits::max_heads, "indexer.heads", heads, "must be in [1, 4096]");
+    require(top_k >= 1 && top_k <= limits::max_tokens, "indexer.top_k", top_k, "must be in [1, 2^30]");
     require(std::isfinite(scale) && scale >= 0.0, "indexer.scale", scale, "must be finite and >= 0");
   }
   friend std::ostream& operator<<(std::ostream& os, const indexer_params& p) {
@@ -207,10 +208,10 @@ struct block_select_params {
   index_t local = 2;        ///< always-included most recent blocks (the query's block and before)
   block_mapping mapping = block_mapping::overlap;
   void validate() const {
-    require(block >= 1, "select.block", block, "must be >= 1");
-    require(top_n >= 1, "select.top_n", top_n, "must be >= 1");
-    require(initial >= 0, "select.initial", initial, "must be >= 0");
-    require(local >= 0, "select.local", local, "must be >= 0");
+    require(block >= 1 && block <= limits::max_tokens, "select.block", block, "must be in [1, 2^30]");
+    require(top_n >= 1 && top_n <= limits::max_tokens, "select.top_n", top_n, "must be in [1, 2^30]");
+    require(initial >= 0 && initial <= limits::max_tokens, "select.initial", initial, "must be in [0, 2^30]");
+    require(local >= 0 && local <= limits::max_tokens, "select.local", local, "must be in [0, 2^30]");
     require(initial + local <= top_n, "select.top_n", top_n, "must be >= initial + local");
   }
   friend std::ostream& operator<<(std::ostream& os, const block_select_params& p) {

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/fields.hpp"
 #include "kvphase/core/types.hpp"
@@ -65,6 +66,11 @@ struct entry_slot {
 };
 
 /// Chunk geometry. Aggregate with defaults: `chunk_grid{.window = 8, .stride = 4}`.
+///
+/// Preconditions of every member below validate() (asserted, not checked: they run per token):
+/// the grid is valid (validate() passed: 1 ≤ S ≤ W ≤ 2^20, |φ0| < 2^40) and every position,
+/// entry index or token count passed in has magnitude < max_extent = 2^40. Then j·S ≤ 2^60 and
+/// every sum below fits index_t. Sizes from validated configs (contexts ≤ 2^30) always qualify.
 struct chunk_grid {
   index_t window = 4;  ///< W: tokens pooled into one entry (≥ stride)
   index_t stride = 4;  ///< S: step between consecutive entries (≥ 1)
@@ -74,12 +80,12 @@ struct chunk_grid {
 
   static constexpr index_t max_extent = index_t(1) << 40;
 
-  /// Throws kvphase::error unless 1 ≤ S ≤ W and |φ0| is sane.
+  /// Throws kvphase::error unless 1 ≤ S ≤ W ≤ 2^20 and |φ0| < 2^40.
   void validate() const {
-    require(stride >= 1, "stride", stride, "must be >= 1");
+    require(stride >= 1 && stride <= limits::max_chunk_window, "stride", stride, "must be in [1, 2^20]");
     require(window >= stride, "window", window,
             "must be >= stride (" + std::to_string(stride) + "): every token must be pooled");
-    require(window <= (index_t(1) << 20), "window", window, "must be <= 2^20");
+    require(window <= limits::max_chunk_window, "window", window, "must be <= 2^20");
     require(origin > -max_extent && origin < max_extent, "origin", origin, "must be within ±2^40");
   }
 
@@ -87,7 +93,10 @@ struct chunk_grid {
   [[nodiscard]] index_t overlap() const noexcept { return window - stride; }
 
   /// (p − φ0) mod S, in [0, S).
-  [[nodiscard]] index_t phase(index_t p) const noexcept { return floor_mod(p - origin, stride); }
+  [[nodiscard]] index_t phase(index_t p) const noexcept {
+    KVPHASE_ASSERT(in_extent(p) && stride >= 1);
+    return floor_mod(p - origin, stride);
+  }
 
   /// Grid index j of the first existing entry.
   [[nodiscard]] index_t first_grid_index() const noexcept {
@@ -101,6 +110,7 @@ struct chunk_grid {
 
   /// Unclipped source range of entry e (may start before position 0 under V4: masked slots).
   [[nodiscard]] token_range sources(index_t e) const noexcept {
+    KVPHASE_ASSERT(in_extent(e) && stride >= 1 && window >= stride);
     const index_t j = e + first_grid_index();
     if (convention == grid_convention::v4) {
       const index_t last = origin + j * stride + stride - 1;
@@ -124,6 +134,7 @@ struct chunk_grid {
   /// Number of complete entries for a sequence of n_tokens tokens (last source ≤ n − 1).
   [[nodiscard]] index_t num_entries(index_t n_tokens) const noexcept {
     if (n_tokens <= 0) return 0;
+    KVPHASE_ASSERT(in_extent(n_tokens) && stride >= 1 && window >= stride);
     const index_t j0 = first_grid_index();
     // last source of grid index j: L(j) = base + jS; count j ≥ j0 with L(j) ≤ n − 1.
     const index_t base = (convention == grid_convention::v4) ? origin + stride - 1 : origin + window - 1;
@@ -142,6 +153,7 @@ struct chunk_grid {
   /// Calls f(entry, slot) for every entry containing position p, in increasing entry order.
   template <class F>
   void for_each_entry_containing(index_t p, F&& f) const {
+    KVPHASE_ASSERT(in_extent(p) && stride >= 1 && window >= stride);
     const index_t j0 = first_grid_index();
     // first(j) = F0 + jS with F0 the first source of grid index 0; p ∈ [first(j), first(j)+W−1]
     const index_t f0 = (convention == grid_convention::v4) ? origin - overlap() : origin;
@@ -152,6 +164,7 @@ struct chunk_grid {
 
   /// Whether entry e is visible to a query at absolute position t.
   [[nodiscard]] bool visible(index_t e, index_t t) const noexcept {
+    KVPHASE_ASSERT(in_extent(t));
     const token_range r = sources(e);
     if (visibility == visibility_policy::complete) return r.last <= t;
     return std::max<index_t>(r.first, 0) <= t;
@@ -165,6 +178,9 @@ struct chunk_grid {
     while (visible(k, t)) ++k;  // at most ⌈W/S⌉ running partial entries
     return k;
   }
+
+  /// Whether |v| < max_extent (the precondition on positions, entries and counts above).
+  [[nodiscard]] static constexpr bool in_extent(index_t v) noexcept { return v > -max_extent && v < max_extent; }
 
   /// The field list (core/fields.hpp): printing, JSON, equality and the stream key.
   template <class V>

@@ -49,6 +49,7 @@
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/position.hpp"
 #include "kvphase/compress/spec.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/simd.hpp"
@@ -107,7 +108,7 @@ struct pool_params {
   /// Throws kvphase::error (naming the parameter) unless every field has the shape the spec's
   /// pool kind needs for input width d, unused fields are empty, and all values are finite.
   void validate(const operator_spec& spec, index_t d) const {
-    require(d >= 1, "d", d, "input width must be >= 1");
+    require(d >= 1 && d <= limits::max_dim, "d", d, "input width must be in [1, 65536]");
     const index_t W = spec.grid.window, S = spec.grid.stride;
     const pool_kind k = spec.pool;
     auto unused = [&](bool empty, const char* name) {
@@ -225,10 +226,10 @@ struct param_init {
   bool rms_weight = false;       ///< draw an RMSNorm weight 1 + 0.1·N(0,1) (needs spec.rmsnorm)
 
   void validate() const {
-    require(out_dim >= 0, "init.out_dim", out_dim, "must be >= 0");
+    require(out_dim >= 0 && out_dim <= limits::max_dim, "init.out_dim", out_dim, "must be in [0, 65536]");
     require(project_payload || out_dim == 0, "init.out_dim", out_dim, "needs project_payload = true");
     require(bias_std >= 0.0 && std::isfinite(bias_std), "init.bias_std", bias_std, "must be finite and >= 0");
-    require(mlp_hidden >= 0, "init.mlp_hidden", mlp_hidden, "must be >= 0");
+    require(mlp_hidden >= 0 && mlp_hidden <= limits::max_dim, "init.mlp_hidden", mlp_hidden, "must be in [0, 65536]");
     require(pos_std >= 0.0 && std::isfinite(pos_std), "init.pos_std", pos_std, "must be finite and >= 0");
   }
   friend std::ostream& operator<<(std::ostream& os, const param_init& i) {
@@ -259,7 +260,8 @@ template <class Real>
                                             index_t head = 0) {
   spec.validate();
   init.validate();
-  require(d >= 1, "d", d, "input width must be >= 1");
+  require(d >= 1 && d <= limits::max_dim, "d", d, "input width must be in [1, 65536]");
+  (void)checked_elements(spec.grid.window, d, "window * d");  // the MLP's flattened block width
   require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads)");
   const index_t W = spec.grid.window, S = spec.grid.stride;
   const double tau = spec.content_std;
@@ -720,7 +722,8 @@ index_t validate_call(const operator_spec& spec, const pool_params<Real>& p, ind
   spec.validate();
   opt.validate();
   require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
-  require(d >= 1, "x.cols()", d, "input width must be >= 1");
+  require(d >= 1 && d <= limits::max_dim, "x.cols()", d, "input width must be in [1, 65536]");
+  require(N >= 0 && N < chunk_grid::max_extent, "x.rows()", N, "must be in [0, 2^40)");
   p.validate(spec, d);
   const chunk_grid g = spec.head_grid(head);
   const index_t E = g.num_entries(N);
@@ -920,6 +923,7 @@ class compress_stream {
   matrix_t<Real> append(matrix_view<Real> tokens) {
     require(tokens.cols() == d_, "tokens.cols()", tokens.cols(), "must equal d = " + std::to_string(d_));
     const index_t k = tokens.rows();
+    require(k <= chunk_grid::max_extent - 1 - n_, "tokens.rows()", k, "the stream must stay below 2^40 tokens");
     buf_.insert(buf_.end(), tokens.data(), tokens.data() + k * d_);
     n_ += k;
     const index_t E = grid_.num_entries(n_);

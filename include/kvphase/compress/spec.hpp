@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvphase/compress/grid.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/fields.hpp"
 #include "kvphase/core/types.hpp"
@@ -115,9 +116,15 @@ struct operator_spec {
   void validate() const {
     grid.validate();
     const index_t W = grid.window;
-    require(heads >= 1, "heads", heads, "must be >= 1");
+    require(heads >= 1 && heads <= limits::max_heads, "heads", heads, "must be in [1, 4096]");
     require(head_offsets.empty() || static_cast<index_t>(head_offsets.size()) == heads,
             "head_offsets.size()", head_offsets.size(), "must be 0 or equal to heads");
+    for (std::size_t h = 0; h < head_offsets.size(); ++h) {
+      // each head's grid must itself be valid: |origin + offset| < 2^40
+      const index_t o = head_offsets[h];
+      if (!(o > -chunk_grid::max_extent && o < chunk_grid::max_extent && chunk_grid::in_extent(grid.origin + o)))
+        fail("head_offsets[" + std::to_string(h) + "]", o, "grid.origin + offset must be within ±2^40");
+    }
     require(content_std >= 0.0 && std::isfinite(content_std), "content_std", content_std,
             "must be finite and >= 0");
     require(rms_eps > 0.0 && std::isfinite(rms_eps), "rms_eps", rms_eps, "must be finite and > 0");
@@ -136,6 +143,8 @@ struct operator_spec {
           s += w;
         }
         require(s > 0.0, "slot_weights", s, "must not all be zero");
+        // a sum that overflows to infinity would renormalise every weight to 0 (an all-zero pool)
+        require(std::isfinite(s), "sum(slot_weights)", s, "must be finite (the weights are renormalised by it)");
         break;
       }
       case pool_kind::slot_gate:
@@ -158,7 +167,12 @@ struct operator_spec {
   }
 
   /// Grid of compression head h (origin shifted by head_offsets[h]).
+  /// Throws kvphase::error unless 0 <= h < heads (and, with offsets, h < head_offsets.size()).
   [[nodiscard]] chunk_grid head_grid(index_t h) const {
+    // messages are built only on failure: head_grid runs on every compress call
+    if (h < 0 || h >= heads) fail("head", h, "must be in [0, heads = " + std::to_string(heads) + ")");
+    if (!head_offsets.empty() && h >= static_cast<index_t>(head_offsets.size()))
+      fail("head", h, "must be < head_offsets.size() = " + std::to_string(head_offsets.size()));
     chunk_grid g = grid;
     if (!head_offsets.empty()) g.origin += head_offsets[static_cast<std::size_t>(h)];
     return g;
@@ -166,8 +180,22 @@ struct operator_spec {
 
   /// Slot weights of a content-independent linear pool for an entry with `masked` leading slots
   /// masked (renormalised over the unmasked ones). Length W; masked slots get 0.
+  /// Throws kvphase::error unless the pool is identity, mean, weights or slot_gate (the slot
+  /// gate's content logits, if any, are not part of these weights), the weight or bias vector
+  /// has W entries, and 0 <= masked < W (at least one slot must remain).
   [[nodiscard]] std::vector<double> linear_slot_weights(index_t masked = 0) const {
     const index_t W = grid.window;
+    require(pool == pool_kind::identity || pool == pool_kind::mean || pool == pool_kind::weights ||
+                pool == pool_kind::slot_gate,
+            "pool", to_string(pool), "has no fixed slot weights (identity, mean, weights or slot_gate only)");
+    require(W >= 1 && W <= limits::max_chunk_window, "window", W, "must be in [1, 2^20]");
+    // messages are built only on failure: this runs once per entry in the theory
+    if (masked < 0 || masked >= W)
+      fail("masked", masked, "must be in [0, window = " + std::to_string(W) + "): at least one slot must be unmasked");
+    if (pool == pool_kind::weights && static_cast<index_t>(slot_weights.size()) != W)
+      fail("slot_weights.size()", slot_weights.size(), "must equal window (" + std::to_string(W) + ")");
+    if (pool == pool_kind::slot_gate && !slot_bias.empty() && static_cast<index_t>(slot_bias.size()) != W)
+      fail("slot_bias.size()", slot_bias.size(), "must be 0 or equal window (" + std::to_string(W) + ")");
     std::vector<double> w(static_cast<std::size_t>(W), 0.0);
     double s = 0.0;
     for (index_t r = masked; r < W; ++r) {

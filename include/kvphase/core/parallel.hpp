@@ -10,6 +10,8 @@
 #include <exception>
 #include <mutex>
 
+#include "kvphase/core/error.hpp"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,9 +32,12 @@ inline int thread_count(int requested) noexcept {
 /// thread builds its local state with make_local() and hands it to merge(local) once at the end
 /// (serialised). tick() runs on the calling thread about every `interval` seconds, for
 /// progress reports. The first exception thrown by body is rethrown after the loop.
+/// Throws kvphase::error unless total >= 0 and threads >= 0 (0 or 1: the calling thread).
 template <class Body, class MakeLocal, class Merge, class Tick>
 void for_each_index(std::int64_t total, int threads, Body&& body, MakeLocal&& make_local, Merge&& merge, Tick&& tick,
                     double interval = 0.5) {
+  require(total >= 0, "total", total, "must be >= 0");
+  require(threads >= 0, "threads", threads, "must be >= 0");
   std::exception_ptr error;
   std::mutex mu;
   using clock = std::chrono::steady_clock;

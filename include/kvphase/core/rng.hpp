@@ -16,6 +16,8 @@
 
 #include <Random123/philox.h>
 
+#include "kvphase/core/error.hpp"
+
 namespace kvphase::rng {
 
 /// 64-bit finaliser (splitmix64 constants): a bijective mixer used to derive stream ids.
@@ -97,7 +99,9 @@ class philox_stream {
   /// Uniform in (0, 1), 53 bits.
   [[nodiscard]] double uniform() noexcept { return u64_to_open01(next_u64()); }
   /// Uniform integer in [0, n) for n ≥ 1 (Lemire's multiply-shift with rejection: unbiased).
+  /// Precondition (asserted): n ≥ 1 (n = 0 would return 0, outside the empty range).
   [[nodiscard]] std::uint64_t below(std::uint64_t n) noexcept {
+    KVPHASE_ASSERT(n >= 1);
     std::uint64_t x = next_u64();
     __uint128_t m = static_cast<__uint128_t>(x) * n;
     std::uint64_t l = static_cast<std::uint64_t>(m);

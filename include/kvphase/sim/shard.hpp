@@ -25,7 +25,10 @@ struct shard_spec {
             "index must be in [0, count)");
   }
   /// Trial range [first, last) of this shard for T trials per group.
-  [[nodiscard]] std::pair<index_t, index_t> range(index_t trials) const noexcept {
+  /// Throws kvphase::error unless the shard is valid (validate()) and trials >= 0.
+  [[nodiscard]] std::pair<index_t, index_t> range(index_t trials) const {
+    validate();
+    require(trials >= 0, "trials", trials, "must be >= 0");
     const auto at = [&](index_t i) {
       return static_cast<index_t>((static_cast<__int128_t>(i) * trials) / count);
     };

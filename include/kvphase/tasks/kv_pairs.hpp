@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
@@ -67,23 +68,35 @@ struct kv_pairs_config {
   }
   /// Largest gap so that P gaps of mean g_max/2 plus 6 standard deviations, the M/2 widening
   /// and a 64-token reserve fit: Σ g ≤ N − P·span always holds in practice and is enforced.
+  /// Computed in double (exact for validated configs, whose terms are all < 2^53), so an
+  /// unvalidated config cannot overflow here.
   [[nodiscard]] index_t max_gap(index_t modulus) const noexcept {
-    const double free = static_cast<double>(context - pairs * pair_span() - modulus - 64);
+    const double free = static_cast<double>(context) -
+                        static_cast<double>(pairs) * (static_cast<double>(key_span) + static_cast<double>(value_span)) -
+                        static_cast<double>(modulus) - 64.0;
     if (free <= 0) return 0;
     // mean P·g/2, sd ≈ g·√(P/12): choose g with P·g/2 + 6·g·√(P/12) ≤ free
     const double P = static_cast<double>(pairs);
     return static_cast<index_t>(std::floor(free / (P / 2 + 6 * std::sqrt(P / 12))));
   }
 
+  /// Bounds (each documented in core/checked.hpp): dim <= 2^16, pairs, key_span, value_span,
+  /// context <= 2^30 and 1 <= modulus <= 2^30, so pairs * (key_span + value_span) <= 2^61 and
+  /// every layout sum fits index_t; the product is also checked explicitly.
   void validate(index_t modulus = 8) const {
-    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
-    require(pairs >= 2, "pairs", pairs, "must be >= 2");
-    require(key_span >= 1, "key_span", key_span, "must be >= 1");
-    require(value_span >= 1, "value_span", value_span, "must be >= 1 (the value is what is read out)");
+    require(dim >= 1 && dim <= limits::max_dim, "dim", dim, "must be in [1, 65536]");
+    require(pairs >= 2 && pairs <= limits::max_tokens, "pairs", pairs, "must be in [2, 2^30]");
+    require(key_span >= 1 && key_span <= limits::max_tokens, "key_span", key_span, "must be in [1, 2^30]");
+    require(value_span >= 1 && value_span <= limits::max_tokens, "value_span", value_span,
+            "must be in [1, 2^30] (the value is what is read out)");
     require(codes >= 2 && codes <= 65536, "codes", codes, "must be in [2, 65536]");
-    require(context <= (index_t(1) << 30), "context", context, "must be <= 2^30");
-    require(context >= pairs * pair_span() + modulus + 64, "context", context,
-            "must hold pairs * (key_span + value_span) + modulus + 64 tokens");
+    require(modulus >= 1 && modulus <= limits::max_tokens, "modulus", modulus, "must be in [1, 2^30]");
+    require(context >= 0 && context <= limits::max_tokens, "context", context, "must be in [0, 2^30]");
+    const index_t tokens = checked_add(checked_mul(pairs, pair_span(), "pairs * (key_span + value_span)"),
+                                       modulus + 64, "pairs * (key_span + value_span) + modulus + 64");
+    if (context < tokens)  // message built only on failure: validate runs once per trial layout
+      fail("context", context,
+           "must hold pairs * (key_span + value_span) + modulus + 64 = " + std::to_string(tokens) + " tokens");
     require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
     require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
     require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
@@ -141,8 +154,12 @@ constexpr std::uint64_t hashed_below(std::uint64_t key, std::uint64_t i, std::ui
 /// Draws the layout for residue group `group` (mod `modulus`, relative to `origin`) into `out`
 /// (its vector is reused: no allocation once sized). Randomness: the target index from the
 /// Philox stream `s`, the gaps from hashed_below keyed by one draw of `s`.
+/// Checked (kvphase::error): c.validate(modulus), 0 <= group < modulus, |origin| <= 2^40.
 inline void kv_pairs_layout(const kv_pairs_config& c, index_t modulus, index_t group, index_t origin,
                             rng::philox_stream& s, kv_layout& out) {
+  c.validate(modulus);
+  require(group >= 0 && group < modulus, "group", group, "must be in [0, modulus)");
+  require(origin > -(index_t(1) << 40) && origin < (index_t(1) << 40), "origin", origin, "must be within ±2^40");
   const index_t P = c.pairs;
   const index_t span = c.pair_span();
   const index_t gmax = c.max_gap(modulus);

@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
@@ -59,10 +60,11 @@ struct needle_config {
   }
 
   void validate() const {
-    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
-    require(key_span >= 1, "key_span", key_span, "must be >= 1");
-    require(value_span >= 0, "value_span", value_span, "must be >= 0");
-    require(context >= 2 * span() + 16 && context <= (index_t(1) << 30), "context", context,
+    require(dim >= 1 && dim <= limits::max_dim, "dim", dim, "must be in [1, 65536]");
+    require(key_span >= 1 && key_span <= limits::max_tokens, "key_span", key_span, "must be in [1, 2^30]");
+    require(value_span >= 0 && value_span <= limits::max_tokens, "value_span", value_span, "must be in [0, 2^30]");
+    // spans <= 2^30 each: 2 * span() + 16 <= 2^32 + 16 cannot overflow
+    require(context >= 2 * span() + 16 && context <= limits::max_tokens, "context", context,
             "must be >= 2 * (key_span + value_span) + 16 and <= 2^30");
     require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
     require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
@@ -119,8 +121,15 @@ constexpr index_t centred_residue_shift(index_t p0, index_t group, index_t modul
 /// Needle start for a trial of phase group `group` (mod `modulus`, positions relative to
 /// `origin`): p ≡ origin + group (mod M), the whole needle inside [0, N − reserve), where
 /// `reserve` keeps it out of a raw window at the end of the context.
+/// Preconditions (checked, kvphase::error): c valid, 1 <= modulus <= 2^30, 0 <= group < modulus,
+/// 0 <= reserve <= 2^31, |origin| <= 2^40 — so every sum below stays far inside index_t.
 inline index_t needle_position(const needle_config& c, index_t modulus, index_t group, index_t origin,
                                index_t reserve, rng::philox_stream& s) {
+  c.validate();
+  require(modulus >= 1 && modulus <= limits::max_tokens, "modulus", modulus, "must be in [1, 2^30]");
+  require(group >= 0 && group < modulus, "group", group, "must be in [0, modulus)");
+  require(reserve >= 0 && reserve <= 2 * limits::max_tokens, "reserve", reserve, "must be in [0, 2^31]");
+  require(origin > -(index_t(1) << 40) && origin < (index_t(1) << 40), "origin", origin, "must be within ±2^40");
   const index_t N = c.context;
   const index_t h = modulus / 2;
   const index_t last_start = N - reserve - c.span() - modulus;  // room for the shift

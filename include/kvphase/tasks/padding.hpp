@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/tasks/task.hpp"
@@ -45,15 +46,20 @@ struct padding_config {
   }
   [[nodiscard]] index_t context(index_t group) const noexcept { return pad_min + group + code_length; }
 
+  /// Bounds: code_length <= 2^28, pad_min <= 2^29, lengths <= 4096, so every context(g) =
+  /// pad_min + g + code_length <= 2^30 (limits::max_tokens); spans and offsets are bounded by
+  /// code_length before they are added.
   void validate() const {
-    require(dim >= 1 && dim <= 65536, "dim", dim, "must be in [1, 65536]");
+    require(dim >= 1 && dim <= limits::max_dim, "dim", dim, "must be in [1, 65536]");
     require(code_length >= 8 && code_length <= (index_t(1) << 28), "code_length", code_length, "must be in [8, 2^28]");
-    require(pad_min >= 0, "pad_min", pad_min, "must be >= 0");
+    require(pad_min >= 0 && pad_min <= (index_t(1) << 29), "pad_min", pad_min, "must be in [0, 2^29]");
     require(lengths >= 1 && lengths <= 4096, "lengths", lengths, "must be in [1, 4096]");
-    require(span_a >= 1, "span_a", span_a, "must be >= 1");
-    require(span_b >= 1, "span_b", span_b, "must be >= 1");
-    require(offset_a >= 0 && offset_a + span_a <= code_length, "offset_a", offset_a, "span A must lie inside the code");
-    require(offset_b >= 0 && offset_b + span_b <= code_length, "offset_b", offset_b, "span B must lie inside the code");
+    require(span_a >= 1 && span_a <= code_length, "span_a", span_a, "must be in [1, code_length]");
+    require(span_b >= 1 && span_b <= code_length, "span_b", span_b, "must be in [1, code_length]");
+    require(offset_a >= 0 && offset_a <= code_length && offset_a + span_a <= code_length, "offset_a", offset_a,
+            "span A must lie inside the code");
+    require(offset_b >= 0 && offset_b <= code_length && offset_b + span_b <= code_length, "offset_b", offset_b,
+            "span B must lie inside the code");
     require(offset_b >= offset_a + span_a || offset_a >= offset_b + span_b, "offset_b", offset_b,
             "spans A and B must not overlap");
     require(std::isfinite(strength_b) && strength_b >= 0, "strength_b", strength_b, "must be finite and >= 0");

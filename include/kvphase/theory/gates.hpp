@@ -20,6 +20,7 @@
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "kvphase/compress/capabilities.hpp"
+#include "kvphase/core/checked.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
 namespace kvphase::theory {
@@ -58,8 +59,9 @@ inline std::vector<gate_slot_stats> gate_weight_distribution(const compress::ope
                                                              std::uint64_t seed = 1) {
   spec.validate();
   require(spec.pool == compress::pool_kind::slot_gate, "pool", compress::to_string(spec.pool), "must be slot_gate");
-  require(samples >= 10, "samples", samples, "must be >= 10");
+  require(samples >= 10 && samples <= (index_t(1) << 26), "samples", samples, "must be in [10, 2^26]");
   const index_t W = spec.grid.window;
+  (void)checked_elements(samples, W, "samples * window");
   const auto a = detail::sample_gates(spec, samples, seed);
   std::vector<gate_slot_stats> out;
   std::vector<double> col(static_cast<std::size_t>(samples));
@@ -85,8 +87,10 @@ struct gate_options {
   index_t grid_points = 801;    ///< Simpson nodes of the inner integral over x
   double tolerance = 1e-8;      ///< outer Gauss–Kronrod tolerance
   void validate() const {
-    require(gate_samples >= 16 && gate_samples % 2 == 0, "gate_samples", gate_samples, "must be even and >= 16");
-    require(grid_points >= 101 && grid_points % 2 == 1, "grid_points", grid_points, "must be odd and >= 101");
+    require(gate_samples >= 16 && gate_samples <= (index_t(1) << 24) && gate_samples % 2 == 0, "gate_samples",
+            gate_samples, "must be even and in [16, 2^24]");
+    require(grid_points >= 101 && grid_points <= (index_t(1) << 20) && grid_points % 2 == 1, "grid_points",
+            grid_points, "must be odd and in [101, 2^20]");
   }
 };
 

@@ -102,7 +102,7 @@ struct needle_model {
     require(snr > 0.0 && !std::isnan(snr), "snr", snr, "must be > 0 (infinity = noiseless query)");
     require(target_position >= -1 && target_position < context, "target_position", target_position,
             "must be -1 (middle) or a position in [0, context)");
-    require(value_span >= 0 && key_span + value_span <= context, "value_span", value_span,
+    require(value_span >= 0 && value_span <= context - key_span, "value_span", value_span,
             "must be >= 0 with key_span + value_span <= context");
     require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
   }
@@ -138,7 +138,7 @@ struct recall_options {
   std::vector<distractor_class> extra_distractors;
   void validate() const {
     require(tolerance > 0.0 && tolerance < 1e-2, "tolerance", tolerance, "must be in (0, 1e-2)");
-    require(samples >= 100, "samples", samples, "must be >= 100");
+    require(samples >= 100 && samples <= (index_t(1) << 32), "samples", samples, "must be in [100, 2^32]");
     for (const auto& c : extra_distractors) {
       require(c.sigma > 0 && std::isfinite(c.sigma), "extra_distractors.sigma", c.sigma, "must be finite and > 0");
       require(c.count >= 0 && std::isfinite(c.count), "extra_distractors.count", c.count, "must be finite and >= 0");

@@ -34,14 +34,19 @@ struct padding_model {
   index_t first_length = 24;
   index_t periods = 4;
   void validate() const {
-    require(stride >= 1, "stride", stride, "must be >= 1");
+    require(stride >= 1 && stride <= (index_t(1) << 20), "stride", stride, "must be in [1, 2^20]");
     require(static_cast<index_t>(gate.size()) == stride, "gate.size()", gate.size(), "must equal stride");
     require_finite(gate, "gate");
     require(std::isfinite(strength_correct) && std::isfinite(strength_wrong), "strength", strength_correct,
             "must be finite");
     require(noise >= 0 && std::isfinite(noise), "noise", noise, "must be finite and >= 0");
-    require(first_length >= 0, "first_length", first_length, "must be >= 0");
-    require(periods >= 1, "periods", periods, "must be >= 1");
+    require(first_length >= 0 && first_length <= (index_t(1) << 30), "first_length", first_length,
+            "must be in [0, 2^30]");
+    require(periods >= 1 && periods <= 4096, "periods", periods, "must be in [1, 4096]");
+    require(offset_correct > -(index_t(1) << 40) && offset_correct < (index_t(1) << 40), "offset_correct",
+            offset_correct, "must be within ±2^40");
+    require(offset_wrong > -(index_t(1) << 40) && offset_wrong < (index_t(1) << 40), "offset_wrong", offset_wrong,
+            "must be within ±2^40");
   }
   friend std::ostream& operator<<(std::ostream& os, const padding_model& p) {
     os << "padding_model{stride=" << p.stride << ", gate=[";
@@ -77,15 +82,15 @@ inline padding_result padding_flip(const padding_model& pm) {
 /// Largest distance δ = t − p (query t, first target token p) at which a raw window of n tokens
 /// holds the whole target at every phase: n − 1.
 inline index_t window_invariant_distance(index_t raw_window, index_t key_span = 1) {
-  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
+  require(raw_window >= 1 && raw_window <= (index_t(1) << 31), "raw_window", raw_window, "must be in [1, 2^31]");
   require(key_span >= 1 && key_span <= raw_window, "key_span", key_span, "must be in [1, raw_window]");
   return raw_window - 1;
 }
 
 /// Smallest distance δ at which no target token is in the raw window: n + k − 1.
 inline index_t window_compressed_only_distance(index_t raw_window, index_t key_span = 1) {
-  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
-  require(key_span >= 1, "key_span", key_span, "must be >= 1");
+  require(raw_window >= 1 && raw_window <= (index_t(1) << 31), "raw_window", raw_window, "must be in [1, 2^31]");
+  require(key_span >= 1 && key_span <= (index_t(1) << 30), "key_span", key_span, "must be in [1, 2^30]");
   return raw_window + key_span - 1;
 }
 
@@ -94,13 +99,13 @@ inline index_t window_compressed_only_distance(index_t raw_window, index_t key_s
 /// context token). With δ = N − p the distance of the target's first token p from the query, the
 /// whole span of k ≤ n tokens is raw iff δ ≤ n, i.e. window_invariant_distance(n + 1).
 inline index_t sweep_window_invariant_distance(index_t raw_window, index_t key_span = 1) {
-  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
+  require(raw_window >= 1 && raw_window <= (index_t(1) << 30), "raw_window", raw_window, "must be in [1, 2^30]");
   return window_invariant_distance(raw_window + 1, key_span);
 }
 
 /// Sweep convention: smallest δ = N − p at which no target token is raw, n + k.
 inline index_t sweep_window_compressed_only_distance(index_t raw_window, index_t key_span = 1) {
-  require(raw_window >= 1, "raw_window", raw_window, "must be >= 1");
+  require(raw_window >= 1 && raw_window <= (index_t(1) << 30), "raw_window", raw_window, "must be in [1, 2^30]");
   return window_compressed_only_distance(raw_window + 1, key_span);
 }
 
@@ -108,7 +113,9 @@ inline index_t sweep_window_compressed_only_distance(index_t raw_window, index_t
 /// the raw window covers every phase's target (n ≥ S also guarantees every token is either raw
 /// or inside a complete entry).
 inline bool window_covers_all_phases(index_t raw_window, index_t stride, index_t base_distance, index_t key_span = 1) {
-  require(stride >= 1, "stride", stride, "must be >= 1");
+  require(stride >= 1 && stride <= (index_t(1) << 20), "stride", stride, "must be in [1, 2^20]");
+  require(key_span >= 1 && key_span <= (index_t(1) << 30), "key_span", key_span, "must be in [1, 2^30]");
+  require(base_distance <= (index_t(1) << 40), "base_distance", base_distance, "must be <= 2^40");
   require(base_distance >= key_span - 1, "base_distance", base_distance, "the target must precede the query");
   return base_distance + stride - 1 <= window_invariant_distance(raw_window, key_span);
 }

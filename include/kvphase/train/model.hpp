@@ -263,6 +263,13 @@ inline forward_result forward_backward(const retrieval_task& task, const model_c
                                        model_workspace& ws) {
   const index_t n = task.n_context, d = task.model_dim(), H = cfg.heads(), L = cfg.layers;
   const index_t w = task.raw_window;
+  // shapes and the answer index, once per call (the loops below index with them unchecked)
+  // (messages built only on failure: this runs once per training example)
+  if (x.rows() != n || x.cols() != d)
+    fail("x.rows()", x.rows(), "x must be n_context × model_dim = " + std::to_string(n) + " × " + std::to_string(d));
+  if (xq.size() != d) fail("xq.size()", xq.size(), "must be model_dim = " + std::to_string(d));
+  if (answer < 0 || answer >= task.n_values)
+    fail("answer", answer, "must be in [0, n_values = " + std::to_string(task.n_values) + ")");
   const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
   const bool comp = cfg.compressed();
   const bool gate = cfg.learned_gate();

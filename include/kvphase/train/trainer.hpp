@@ -231,7 +231,10 @@ inline position_counts evaluate(const retrieval_data& data, const model_config& 
 
 /// Groups position counts by phase (p − origin) mod period.
 inline phase_counts by_phase(const position_counts& pc, index_t period, index_t origin = 0) {
-  require(period >= 1, "period", period, "must be >= 1");
+  require(period >= 1 && period <= (index_t(1) << 30), "period", period, "must be in [1, 2^30]");
+  require(origin > -(index_t(1) << 40) && origin < (index_t(1) << 40), "origin", origin, "must be within ±2^40");
+  require(pc.trials.size() == pc.hits.size(), "position_counts.trials.size()", pc.trials.size(),
+          "must equal hits.size() (" + std::to_string(pc.hits.size()) + ")");
   phase_counts out;
   out.period = period;
   out.hits.assign(static_cast<std::size_t>(period), 0);
