@@ -125,8 +125,8 @@ class progress_printer {
   [[nodiscard]] std::string line(std::int64_t done, std::int64_t total, double seconds) const {
     const double fraction = static_cast<double>(done) / static_cast<double>(total);
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%lld/%lld (%.0f%%)", static_cast<long long>(done),
-                  static_cast<long long>(total), 100.0 * fraction);
+    std::snprintf(buf, sizeof buf, "%lld/%lld (%.0f%%)", static_cast<long long>(done), static_cast<long long>(total),
+                  100.0 * fraction);
     std::string s = program_ + ": " + buf + ", elapsed " + format_duration(seconds);
     if (done > 0 && done < total)
       s += ", ETA " + format_duration(seconds * static_cast<double>(total - done) / static_cast<double>(done));

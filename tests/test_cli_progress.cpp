@@ -78,8 +78,7 @@ TEST_CASE("progress: plain lines without carriage returns, at 10% steps or every
   std::fclose(f);
 }
 
-TEST_CASE("progress: on a terminal one line is rewritten with carriage returns and ended once",
-          "[cli][progress]") {
+TEST_CASE("progress: on a terminal one line is rewritten with carriage returns and ended once", "[cli][progress]") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f != nullptr);
   kvphase::cli::progress_printer p("demo", f, true);
