@@ -1,5 +1,10 @@
-# Tests of what surrounds the library: the README example as a user compiles it, and the plot
-# script on sweep files it writes itself (included from tests/CMakeLists.txt).
+# Tests of what surrounds the library (included from tests/CMakeLists.txt): the README example as
+# a user compiles it, the plot script on sweep files it writes itself, and the installed programs.
+
+# None of these runs code of ours that a sanitizer build would check: only in plain builds.
+if(KVPHASE_SANITIZE)
+  return()
+endif()
 
 # README: identical to examples/quickstart.cpp and warning-free under -Wall -Wextra -Werror with
 # -I include (no -march: GCC 12's AVX-512 intrinsics warn on their own, README says so).
