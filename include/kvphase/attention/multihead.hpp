@@ -39,8 +39,8 @@ struct multihead_config {
   index_t head_dim = 16;         ///< dh: query/key channels per head
   index_t value_dim = 0;         ///< dv: value channels per head (0 = head_dim)
   compress::rope_config rope{};  ///< anchor none = NoPE; else queries and raw keys are rotated at their positions
-  std::vector<double> sinks;     ///< per-head sink logits (empty = no sink; −∞ allowed per head)
-  std::vector<double> gates;     ///< per-head constant NSA gates, [H × 3] (cmp, slc, win); empty = all 1
+  std::vector<double> sinks{};   ///< per-head sink logits (empty = no sink; −∞ allowed per head)
+  std::vector<double> gates{};   ///< per-head constant NSA gates, [H × 3] (cmp, slc, win); empty = all 1
 
   [[nodiscard]] index_t dv() const noexcept { return value_dim > 0 ? value_dim : head_dim; }
   [[nodiscard]] index_t group() const noexcept { return heads / kv_heads; }

@@ -102,15 +102,15 @@ struct rope_config {
 struct operator_spec {
   chunk_grid grid{};
   pool_kind pool = pool_kind::mean;
-  std::vector<double> slot_weights;  ///< pool_kind::weights: length W, finite, ≥ 0, not all 0
-  std::vector<double> slot_bias;     ///< slot_gate: b ∈ R^W (empty = all zero)
+  std::vector<double> slot_weights{}; ///< pool_kind::weights: length W, finite, ≥ 0, not all 0
+  std::vector<double> slot_bias{};   ///< slot_gate: b ∈ R^W (empty = all zero)
   double content_std = 0.0;          ///< τ ≥ 0: std of random content logits z_t (0 = none)
   bool rmsnorm = false;              ///< RMSNorm the pooled entry (no weight at spec level)
   double rms_eps = 1e-6;
   rope_config rope{};
   index_t heads = 1;                 ///< compression heads (each may shift its grid)
-  std::vector<index_t> head_offsets; ///< per-head origin offset added to grid.origin (empty = 0)
-  std::string name;                  ///< preset name, for logs
+  std::vector<index_t> head_offsets{}; ///< per-head origin offset added to grid.origin (empty = 0)
+  std::string name{};                ///< preset name, for logs
   bool separate_kv = false;          ///< keys and values pooled by separate compressors (own parameters)
 
   void validate() const {

@@ -148,7 +148,7 @@ class linear_model {
   /// a gather. Only the data movement differs: every lane and the scalar tail round alike where
   /// the arch's fma is fused, and no path reads a token outside [0, n).
   template <class Arch = simd::default_arch>
-  void pool_unmasked(const float* s, index_t n, float* es, index_t e0, index_t E, index_t f0) const noexcept {
+  void pool_unmasked(const float* s, [[maybe_unused]] index_t n, float* es, index_t e0, index_t E, index_t f0) const noexcept {
     const index_t S = grid_.stride;
     const float* w = fixed_.data();
     index_t e = e0;
