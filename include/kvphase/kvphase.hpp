@@ -1,5 +1,5 @@
 #pragma once
-/// \file kvphase.hpp  Umbrella header: everything public in kvphase.
+/// \file kvphase.hpp  Umbrella header: everything public in kvphase except io/ and train/.
 ///
 ///   core/      errors, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
 ///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
@@ -8,8 +8,13 @@
 ///   sim/       Gaussian generator, key-space and score-space sweep engines, shards
 ///   stats/     binomial intervals, uniformity and periodicity tests, phase gap, seeds
 ///   theory/    analytic per-phase recall (Gaussian, Gumbel, straddling, gates, heads, ...)
-///   io/        CSV / JSON with provenance, the sweep output format
-///   train/     trainable toy retrieval models, mitigations
+///
+/// Two areas have umbrellas of their own, because every translation unit that includes them
+/// pays for them at -O2 whether it calls them or not (docs/performance.md, "Compile cost"):
+///   <kvphase/io.hpp>     CSV / JSON with provenance, the sweep output format, shard merging
+///                        (nlohmann::json and the formatting code)
+///   <kvphase/train.hpp>  trainable toy retrieval models, mitigations (Eigen products in double)
+/// Include them in the files that write or read outputs, or train.
 #include "kvphase/version.hpp"
 
 #include "kvphase/core/error.hpp"
@@ -51,10 +56,3 @@
 #include "kvphase/stats/uniformity.hpp"
 
 #include "kvphase/theory/theory.hpp"
-
-#include "kvphase/io/csv.hpp"
-#include "kvphase/io/json.hpp"
-#include "kvphase/io/provenance.hpp"
-#include "kvphase/io/sweep_format.hpp"
-
-#include "kvphase/train/mitigations.hpp"
