@@ -1,5 +1,6 @@
 // Guide example (docs/io.md): sweep counts written as kvphase-sweep/1 CSV with provenance, read
 // back, summarised, and two shards merged into the whole run.
+#include <kvphase/io.hpp>
 #include <kvphase/kvphase.hpp>
 
 #include <cstdio>

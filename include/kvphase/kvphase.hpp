@@ -1,5 +1,5 @@
 #pragma once
-/// \file kvphase.hpp  Umbrella header: everything public in kvphase.
+/// \file kvphase.hpp  Umbrella header: everything public in kvphase except io/ and train/.
 ///
 ///   core/      errors, size limits and checked arithmetic, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
 ///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
@@ -8,8 +8,14 @@
 ///   sim/       Gaussian generator, key-space and score-space sweep engines, shards
 ///   stats/     binomial intervals, uniformity and periodicity tests, phase gap, seeds
 ///   theory/    analytic per-phase recall (Gaussian, Gumbel, straddling, gates, heads, ...)
-///   io/        CSV / JSON with provenance, the sweep output format
-///   train/     trainable toy retrieval models, mitigations
+///
+/// Two areas have umbrellas of their own, because every translation unit that includes them
+/// pays for them at -O2 whether it calls them or not (docs/performance.md, "Compile cost"):
+///   <kvphase/io.hpp>     CSV / JSON with provenance, the sweep output format, shard merging,
+///                        config JSON, and sim/report.hpp (sweep result → output)
+///                        (nlohmann::json and the formatting code)
+///   <kvphase/train.hpp>  trainable toy retrieval models, mitigations (Eigen products in double)
+/// Include them in the files that write or read outputs, or train.
 #include "kvphase/version.hpp"
 
 #include "kvphase/core/checked.hpp"
@@ -45,7 +51,6 @@
 #include "kvphase/sim/noise_scores.hpp"
 #include "kvphase/sim/normal.hpp"
 #include "kvphase/sim/shard.hpp"
-#include "kvphase/sim/report.hpp"
 #include "kvphase/sim/sweep.hpp"
 #include "kvphase/sim/sweep_config.hpp"
 
@@ -59,11 +64,3 @@
 
 #include "kvphase/theory/sweep_column.hpp"
 #include "kvphase/theory/theory.hpp"
-
-#include "kvphase/io/csv.hpp"
-#include "kvphase/io/fields_json.hpp"
-#include "kvphase/io/json.hpp"
-#include "kvphase/io/provenance.hpp"
-#include "kvphase/io/sweep_format.hpp"
-
-#include "kvphase/train/mitigations.hpp"

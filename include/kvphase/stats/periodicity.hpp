@@ -56,6 +56,7 @@
 /// Counts: Σ trials ≤ max_total_trials (2^53, checked), so no int64 sum overflows.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <complex>
 #include <functional>
@@ -65,8 +66,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "kvphase/core/error.hpp"
 #include "kvphase/stats/bootstrap.hpp"
@@ -124,6 +123,34 @@ inline std::ostream& operator<<(std::ostream& os, const periodicity_result& r) {
   return os << r.test << ": T " << r.statistic << ", p " << r.p << ", power " << r.power << ", amplitude "
             << r.amplitude << ", peak phase " << r.peak_phase;
 }
+
+namespace detail {
+/// Eigen-decomposition of a symmetric J × J matrix, J ∈ {1, 2} (row-major, stride 2): values
+/// ascending, vectors[2 * j + i] = component j of the unit eigenvector of values[i]. Closed form
+/// (one Jacobi rotation diagonalises a 2 × 2 matrix exactly), so the fundamental statistic needs
+/// no general eigensolver; a header with <Eigen/Dense> and SelfAdjointEigenSolver cost every
+/// translation unit ~4 s of compile time.
+struct eigen_2x2 {
+  std::array<double, 2> values{};
+  std::array<double, 4> vectors{};
+};
+inline eigen_2x2 symmetric_eigen_2x2(const std::array<double, 4>& c, std::size_t J) noexcept {
+  eigen_2x2 e;
+  if (J == 1) {
+    e.values = {c[0], 0.0};
+    e.vectors = {1.0, 0.0, 0.0, 0.0};
+    return e;
+  }
+  const double a = c[0], b = c[1], d = c[3];
+  const double mid = 0.5 * (a + d), rad = std::hypot(0.5 * (a - d), b);
+  // The larger eigenvalue's vector is at angle θ with tan 2θ = 2b / (a − d).
+  const double theta = 0.5 * std::atan2(2.0 * b, a - d);
+  const double cs = std::cos(theta), sn = std::sin(theta);
+  e.values = {mid - rad, mid + rad};
+  e.vectors = {-sn, cs, cs, sn};  // column 0: (−sin θ, cos θ), column 1: (cos θ, sin θ)
+  return e;
+}
+}  // namespace detail
 
 /// Tests whether recall over `modulus` groups is periodic with period `period` (see file
 /// comment). hits/trials: one entry per group, size == modulus. Throws kvphase::error on
@@ -193,7 +220,7 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
   // The statistic T(y) as a function of the per-group hits (totals fixed).
   std::function<double(std::span<const std::int64_t>)> statistic_of;
   std::vector<double> class_trials;
-  Eigen::MatrixXd Q;
+  std::vector<double> Q;  // fundamental: rows × M, row-major
   if (options.statistic == periodicity_statistic::harmonics) {
     // All harmonics of 1/S span exactly the functions of (g mod S), so the score test equals
     // the score test of a phase-class factor: Pearson's X² on the table folded mod S.
@@ -230,38 +257,37 @@ inline periodicity_result periodicity_test(std::span<const std::int64_t> hits, s
       for (auto& e : x) e -= mean;
       cols.push_back(std::move(x));
     }
-    const Eigen::Index J = static_cast<Eigen::Index>(cols.size());
-    Eigen::MatrixXd C(J, J);
-    for (Eigen::Index j = 0; j < J; ++j)
-      for (Eigen::Index k = 0; k <= j; ++k) {
+    const std::size_t J = cols.size();
+    std::array<double, 4> C{};  // J × J, row-major with stride 2
+    for (std::size_t j = 0; j < J; ++j)
+      for (std::size_t k = 0; k <= j; ++k) {
         double s = 0.0;
         for (std::size_t g = 0; g < M; ++g) s += static_cast<double>(trials[g]) * cols[j][g] * cols[k][g];
-        C(j, k) = C(k, j) = s;
+        C[2 * j + k] = C[2 * k + j] = s;
       }
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C);
-    const Eigen::VectorXd& lam = es.eigenvalues();
-    const double lam_max = lam.size() ? lam.maxCoeff() : 0.0;
+    const auto es = detail::symmetric_eigen_2x2(C, J);
+    const double lam_max = std::max(es.values[0], es.values[1]);
     // Q = Λ_r^{-1/2} V_rᵀ Xcᵀ (rank-r part, a pseudo-inverse): T(y) = |Q (y − n p̂)|² / v.
-    std::vector<Eigen::Index> keep;
-    for (Eigen::Index i = 0; i < lam.size(); ++i)
-      if (lam(i) > 1e-10 * lam_max && lam(i) > 0.0) keep.push_back(i);
+    std::vector<std::size_t> keep;
+    for (std::size_t i = 0; i < J; ++i)
+      if (es.values[i] > 1e-10 * lam_max && es.values[i] > 0.0) keep.push_back(i);
     r.dof = static_cast<double>(keep.size());
-    Q.resize(static_cast<Eigen::Index>(keep.size()), static_cast<Eigen::Index>(M));
+    Q.assign(keep.size() * M, 0.0);
     for (std::size_t q = 0; q < keep.size(); ++q) {
-      const double s = 1.0 / std::sqrt(lam(keep[q]));
+      const double s = 1.0 / std::sqrt(es.values[keep[q]]);
       for (std::size_t g = 0; g < M; ++g) {
         double e = 0.0;
-        for (Eigen::Index j = 0; j < J; ++j) e += es.eigenvectors()(j, keep[q]) * cols[j][g];
-        Q(static_cast<Eigen::Index>(q), static_cast<Eigen::Index>(g)) = s * e;
+        for (std::size_t j = 0; j < J; ++j) e += es.vectors[2 * j + keep[q]] * cols[j][g];
+        Q[q * M + g] = s * e;
       }
     }
-    statistic_of = [&](std::span<const std::int64_t> y) {
+    const std::size_t rows = keep.size();
+    statistic_of = [&, rows](std::span<const std::int64_t> y) {
       double t = 0.0;
-      for (Eigen::Index q = 0; q < Q.rows(); ++q) {
+      for (std::size_t q = 0; q < rows; ++q) {
         double u = 0.0;
         for (std::size_t g = 0; g < M; ++g)
-          u += Q(q, static_cast<Eigen::Index>(g)) *
-               (static_cast<double>(y[g]) - static_cast<double>(trials[g]) * pbar);
+          u += Q[q * M + g] * (static_cast<double>(y[g]) - static_cast<double>(trials[g]) * pbar);
         t += u * u;
       }
       return std::max(t / v, 0.0);
