@@ -67,13 +67,14 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::uint64_t seed = 2026;
   std::string out = "kvphase_demo";
-  app.add_option("--trials", trials, "trials per phase group")->capture_default_str();
-  app.add_option("--threads", threads, "threads (0: all cores); results do not depend on it");
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  namespace cl = kvphase::cli;
+  cl::add_int(app, "--trials", trials, 10, index_t(1) << 40, "trials per phase group");
+  cl::add_int(app, "--threads", threads, 0, 1024, "threads (0: all cores); results do not depend on it");
+  cl::add_u64(app, "--seed", seed, "random seed");
   app.add_option("--out", out, "output directory")->capture_default_str();
-  if (const auto status = kvphase::cli::parse(app, argc, argv, "demo")) return *status;
-  try {
-    kvphase::require(trials >= 10, "trials", trials, "must be >= 10");
+  if (const auto status = cl::parse(app, argc, argv, "demo")) return *status;
+  return cl::run("demo", [&] {
+    cl::check_writable_dir(out, "out");  // before the run, not after it
     const sim::sweep_config c = demo_config(trials, threads, seed);
     const auto& needle = c.task.get<kvphase::tasks::needle_config>();
     std::printf("kvphase demo: %s\n", c.op.name.c_str());
@@ -109,15 +110,15 @@ int main(int argc, char** argv) {
                   }().c_str(),
                   full.recall[gi]);
     }
-    std::printf("\ncompressed: phase gap %.1f points [%.1f, %.1f]; periodicity at period %td: p = %.2g (%s)\n",
-                100 * comp.gap.gap, 100 * comp.gap.ci.low, 100 * comp.gap.ci.high, c.op.grid.stride,
+    std::printf("\ncompressed: phase gap %.1f points [%.1f, %.1f] (bias-corrected, simultaneous 95%%); periodicity at period %td: p = %.2g (%s)\n",
+                100 * comp.gap.bias_corrected, 100 * comp.gap.simultaneous.low, 100 * comp.gap.simultaneous.high, c.op.grid.stride,
                 comp.periodicity.p, comp.periodicity.test.c_str());
     std::printf("full:       phase gap %.1f points [%.1f, %.1f]; equal recall across phases: p = %.2g (%s)\n",
-                100 * full.gap.gap, 100 * full.gap.ci.low, 100 * full.gap.ci.high, full.uniformity.p,
+                100 * full.gap.bias_corrected, 100 * full.gap.simultaneous.low, 100 * full.gap.simultaneous.high, full.uniformity.p,
                 full.uniformity.test.c_str());
     if (comp.vs_baseline) {
-      std::printf("compressed gap minus full gap: %.1f points [%.1f, %.1f]\n", 100 * comp.vs_baseline->difference,
-                  100 * comp.vs_baseline->ci.low, 100 * comp.vs_baseline->ci.high);
+      std::printf("compressed gap minus full gap: %.1f points [%.1f, %.1f]\n", 100 * comp.vs_baseline->bias_corrected,
+                  100 * comp.vs_baseline->simultaneous.low, 100 * comp.vs_baseline->simultaneous.high);
     }
     if (pred.covered) {
       double maxerr = 0;
@@ -136,9 +137,6 @@ int main(int argc, char** argv) {
       sim::write_text_file(out + "/demo." + fmt, io::sweep_text(res, sums, fmt));
     }
     std::printf("\nwrote %s/demo.csv and %s/demo.json (%.1f s of simulation)\n", out.c_str(), out.c_str(), r.seconds);
-  } catch (const kvphase::error& e) {
-    std::cerr << "demo: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
+#include "progress.hpp"
 
 #include <kvphase/compress/presets.hpp>
 #include <kvphase/sim/report.hpp>
@@ -188,70 +189,75 @@ sim::sweep_config make_config(const cli_options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  namespace cl = kvphase::cli;
   CLI::App app{"Per-phase recall of a chunked-compressed model and full attention on the same inputs.", "kvphase-sweep"};
   cli_options o;
+  const index_t big = index_t(1) << 30;
+  // optional overrides (default: the preset's or the task's); values range-checked as text
+  auto opt_int = [&](const char* name, std::optional<index_t>& v, index_t lo, index_t hi, const std::string& help) {
+    return app.add_option(name, v, help)->transform(cl::integer<index_t>(lo, hi));
+  };
+  auto opt_real = [&](const char* name, std::optional<double>& v, double lo, double hi, const std::string& help) {
+    return app.add_option(name, v, help)->transform(cl::real(lo, hi));
+  };
   app.add_option("--preset", o.preset, "operator: full, mean, gated, v4-csa, v4-hca, v41, nsa, paper-ref")
+      ->check(CLI::IsMember({"full", "mean", "gated", "v4-csa", "v4-hca", "v41", "nsa", "paper-ref"}))
       ->capture_default_str();
-  app.add_option("--window", o.window, "chunk window W: tokens pooled per entry (default: the preset's)");
+  opt_int("--window", o.window, 1, index_t(1) << 20, "chunk window W: tokens pooled per entry (default: the preset's)");
   app.add_option("--rope", o.rope, "RoPE anchor of the entries: none, start, end, centre (default: the preset's; "
-                                   "the sweep engines apply no RoPE, so presets with RoPE need --rope none)");
-  app.add_option("--stride", o.stride, "stride S between entries (default: the preset's; mean/gated: 4)");
+                                   "the sweep engines apply no RoPE, so presets with RoPE need --rope none)")
+      ->check(CLI::IsMember({"none", "start", "end", "centre"}));
+  opt_int("--stride", o.stride, 1, index_t(1) << 20, "stride S between entries (default: the preset's; mean/gated: 4)");
   app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights, max, identity");
-  app.add_option("--gate-bias", o.gate_bias, "slot-gate bias b0,b1,... (one per slot; gated)")->delimiter(',');
-  app.add_option("--slot-weights", o.slot_weights, "fixed slot weights w0,w1,... (--pool weights)")->delimiter(',');
-  app.add_option("--gate-content-std", o.gate_content_std, "std of random per-token content logits of the gate (gated)");
-  app.add_option("--raw-window", o.raw_window, "raw sliding window of the compressed model (tokens)");
+  cl::add_reals(app, "--gate-bias", o.gate_bias, -1e3, 1e3, "slot-gate bias b0,b1,... (one per slot; gated)");
+  cl::add_reals(app, "--slot-weights", o.slot_weights, 0, 1e300, "fixed slot weights w0,w1,... (--pool weights)");
+  cl::add_real(app, "--gate-content-std", o.gate_content_std, 0, 1e6,
+               "std of random per-token content logits of the gate (gated)");
+  cl::add_int(app, "--raw-window", o.raw_window, 0, big, "raw sliding window of the compressed model (tokens)");
   app.add_option("--task", o.task, "needle, kv-pairs, padding (or any registered task)")->capture_default_str();
-  app.add_option("--context", o.context, "context tokens N (padding: code length; default 8192 / 131072 / 512)");
-  app.add_option("--dim", o.dim, "key dimension d")->capture_default_str();
-  app.add_option("--key-span", o.key_span, "tokens of the target key (padding: span of evidence A)");
-  app.add_option("--value-span", o.value_span, "tokens of the target value (padding: span of evidence B)");
-  app.add_option("--value-key-weight", o.value_key_weight, "K row of value tokens = c * key (induction); default 1");
-  app.add_option("--query-noise", o.query_noise, "query = key + sigma * noise");
-  app.add_option("--logit-scale", o.logit_scale, "softmax logit scale beta (0: 1/sqrt(d); task default otherwise)");
-  app.add_option("--depth-lo", o.depth_lo, "lowest target depth as a fraction of the context (needle) or of the pairs (kv-pairs); default 0.1");
-  app.add_option("--depth-hi", o.depth_hi, "highest target depth (needle, kv-pairs); default 0.9");
-  app.add_option("--pairs", o.pairs, "key-value pairs (kv-pairs)")->capture_default_str();
-  app.add_option("--codes", o.codes, "value codebook size (kv-pairs)")->capture_default_str();
-  app.add_option("--modulus", o.modulus, "phase groups: target position mod M (default: S; kv-pairs: 8)");
-  app.add_option("--pad-min", o.pad_min, "first padding length (padding)")->capture_default_str();
-  app.add_option("--lengths", o.lengths, "number of padding lengths (padding; default 4*S)");
+  opt_int("--context", o.context, 1, big, "context tokens N (padding: code length; default 8192 / 131072 / 512)");
+  cl::add_int(app, "--dim", o.dim, 1, 65536, "key dimension d");
+  opt_int("--key-span", o.key_span, 1, big, "tokens of the target key (padding: span of evidence A)");
+  opt_int("--value-span", o.value_span, 0, big, "tokens of the target value (padding: span of evidence B)");
+  cl::add_real(app, "--value-key-weight", o.value_key_weight, -1e6, 1e6,
+               "K row of value tokens = c * key (induction); default 1");
+  cl::add_real(app, "--query-noise", o.query_noise, 0, 1e6, "query = key + sigma * noise");
+  opt_real("--logit-scale", o.logit_scale, 0, 1e6, "softmax logit scale beta (0: 1/sqrt(d); task default otherwise)");
+  opt_real("--depth-lo", o.depth_lo, 0, 1,
+           "lowest target depth as a fraction of the context (needle) or of the pairs (kv-pairs); default 0.1");
+  opt_real("--depth-hi", o.depth_hi, 0, 1, "highest target depth (needle, kv-pairs); default 0.9");
+  cl::add_int(app, "--pairs", o.pairs, 2, big, "key-value pairs (kv-pairs)");
+  cl::add_int(app, "--codes", o.codes, 2, 65536, "value codebook size (kv-pairs)");
+  opt_int("--modulus", o.modulus, 2, 4096, "phase groups: target position mod M (default: S; kv-pairs: 8)");
+  cl::add_int(app, "--pad-min", o.pad_min, 0, index_t(1) << 29, "first padding length (padding)");
+  opt_int("--lengths", o.lengths, 1, 4096, "number of padding lengths (padding; default 4*S)");
   app.add_option("--engine", o.engine,
                  "auto (score where exact, else key), key (generate keys) or score (sample scores; exact for "
                  "Gaussian keys and linear pools)")
+      ->check(CLI::IsMember({"auto", "key", "score"}))
       ->capture_default_str();
-  app.add_option("--trials", o.trials, "trials per phase group")->capture_default_str();
-  app.add_option("--seed", o.seed, "random seed")->capture_default_str();
-  app.add_option("--params-seed", o.params_seed,
-                 "seed of the random compressor parameters of presets with learned projections")
-      ->capture_default_str();
-  app.add_option("--threads", o.threads, "threads (0: all cores); results do not depend on it");
+  cl::add_int(app, "--trials", o.trials, 1, index_t(1) << 40, "trials per phase group");
+  cl::add_u64(app, "--seed", o.seed, "random seed");
+  cl::add_u64(app, "--params-seed", o.params_seed,
+              "seed of the random compressor parameters of presets with learned projections");
+  cl::add_int(app, "--threads", o.threads, 0, 1024, "threads (0: all cores); results do not depend on it");
   app.add_option("--shard", o.shard, "run shard i/N of the trials (merge with kvphase-merge)")->capture_default_str();
-  app.add_option("--format", o.format, "csv or json (default: from --out's extension, else csv)");
+  app.add_option("--format", o.format, "csv or json (default: from --out's extension, else csv)")
+      ->check(CLI::IsMember({"csv", "json"}));
   app.add_option("--out,-o", o.out, "output file (default: standard output)");
   app.add_flag("--theory", o.theory, "add a theory column with the predicted recall per phase");
   app.add_flag("--quiet,-q", o.quiet, "no progress on stderr");
-  if (const auto status = kvphase::cli::parse(app, argc, argv, "kvphase-sweep")) return *status;
-  try {
+  if (const auto status = cl::parse(app, argc, argv, "kvphase-sweep")) return *status;
+  return cl::run("kvphase-sweep", [&] {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
-    kvphase::require(o.format == "csv" || o.format == "json", "format", o.format, "must be csv or json");
     const sim::sweep_config c = make_config(o);
     if (o.theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
-    const auto t0 = std::chrono::steady_clock::now();
-    bool shown = false;
+    if (!o.out.empty()) cl::check_writable_file(o.out, "out");
+    cl::progress_printer printer("kvphase-sweep");
     sim::sweep_progress progress;
-    if (!o.quiet) {
-      progress.report = [&](std::int64_t done, std::int64_t total) {
-        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (el < 2.0 || total == 0) return;
-        std::fprintf(stderr, "\rkvphase-sweep: %lld/%lld trials (%.0f%%), %.1f s", static_cast<long long>(done),
-                     static_cast<long long>(total), 100.0 * static_cast<double>(done) / static_cast<double>(total), el);
-        shown = true;
-      };
-    }
+    if (!o.quiet) progress.report = printer.callback();
     const auto r = sim::run_sweep(c, progress);
-    if (shown) std::fprintf(stderr, "\rkvphase-sweep: %lld trials in %.1f s%30s\n", static_cast<long long>(r.total_trials()), r.seconds, "");
-
+    printer.finish();
     nlohmann::json extra{{"program", "kvphase-sweep"}, {"preset", o.preset}, {"format", o.format}, {"out", o.out}};
     const auto out = sim::to_output(r, {.extra_config = extra, .argc = argc, .argv = argv, .theory = o.theory});
     const std::string text = sim::output_text(out, o.format);
@@ -260,9 +266,6 @@ int main(int argc, char** argv) {
     } else {
       sim::write_text_file(o.out, text);
     }
-  } catch (const kvphase::error& e) {
-    std::cerr << "kvphase-sweep: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

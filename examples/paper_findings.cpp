@@ -185,12 +185,14 @@ void print_table(const sweep_run& r, const std::string& label, const std::string
 
 void print_gaps(const sweep_run& r) {
   for (const auto& s : r.summary) {
-    std::printf("  %-10s gap %s pp [%s, %s] (max-min over groups, bootstrap 95%%), period %lld test p %s",
-                s.model.c_str(), pp(s.gap.gap).c_str(), pp(s.gap.ci.low).c_str(), pp(s.gap.ci.high).c_str(),
-                static_cast<long long>(s.periodicity.period), fmt_p(s.periodicity.p).c_str());
+    std::printf("  %-10s gap %s pp [%s, %s] (bias-corrected max-min over groups, simultaneous 95%% interval; raw %s), "
+                "period %lld test p %s",
+                s.model.c_str(), pp(s.gap.bias_corrected).c_str(), pp(s.gap.simultaneous.low).c_str(),
+                pp(s.gap.simultaneous.high).c_str(), pp(s.gap.gap).c_str(), static_cast<long long>(s.periodicity.period),
+                fmt_p(s.periodicity.p).c_str());
     if (s.vs_baseline)
-      std::printf(", gap minus full %s pp [%s, %s]", pp(s.vs_baseline->difference).c_str(),
-                  pp(s.vs_baseline->ci.low).c_str(), pp(s.vs_baseline->ci.high).c_str());
+      std::printf(", gap minus full %s pp [%s, %s]", pp(s.vs_baseline->bias_corrected).c_str(),
+                  pp(s.vs_baseline->simultaneous.low).c_str(), pp(s.vs_baseline->simultaneous.high).c_str());
     std::printf("\n");
   }
 }
@@ -309,12 +311,13 @@ void finding_kv128k(const options& o) {
   print_gaps(r);
   const auto& s = r.summary[0];
   const auto& f = r.summary[1];
-  std::printf("  compressed gap: %s pp [%s, %s] (paper, V4-Flash-Base: 40.2 pp)\n", pp(s.gap.gap).c_str(),
-              pp(s.gap.ci.low).c_str(), pp(s.gap.ci.high).c_str());
+  std::printf("  compressed gap: %s pp [%s, %s] (bias-corrected, simultaneous 95%%; paper, V4-Flash-Base: 40.2 pp)\n",
+              pp(s.gap.bias_corrected).c_str(), pp(s.gap.simultaneous.low).c_str(), pp(s.gap.simultaneous.high).c_str());
   std::printf("  compressed phase-dependent: %s (uniformity p %s)\n", s.uniformity.p < alpha ? "yes" : "no",
               fmt_p(s.uniformity.p).c_str());
-  std::printf("  full phase-dependent: %s (uniformity p %s; its gap %s pp is sampling noise of 8 groups)\n",
-              f.uniformity.p < alpha ? "yes" : "no", fmt_p(f.uniformity.p).c_str(), pp(f.gap.gap).c_str());
+  std::printf("  full phase-dependent: %s (uniformity p %s; its gap %s pp [%s, %s], raw max-min %s pp)\n",
+              f.uniformity.p < alpha ? "yes" : "no", fmt_p(f.uniformity.p).c_str(), pp(f.gap.bias_corrected).c_str(),
+              pp(f.gap.simultaneous.low).c_str(), pp(f.gap.simultaneous.high).c_str(), pp(f.gap.gap).c_str());
   const auto dc = detect_period(r.out.models[0]);
   std::printf("  compressed period detected: %s\n", period_text(dc).c_str());
   std::printf("finding 2 verdict: compressed phase-dependent: %s, period detected: %s; full phase-dependent: %s\n",
@@ -392,7 +395,7 @@ void finding_ablations(const options& o) {
     const auto& s = r.summary[0];
     std::printf("  %s: periodic %s (period-4 harmonic test p %s, gap %s pp [%s, %s]); theory gap %s pp",
                 rw.title.c_str(), s.periodicity.p < alpha ? "yes" : "no", fmt_p(s.periodicity.p).c_str(),
-                pp(s.gap.gap).c_str(), pp(s.gap.ci.low).c_str(), pp(s.gap.ci.high).c_str(),
+                pp(s.gap.bias_corrected).c_str(), pp(s.gap.simultaneous.low).c_str(), pp(s.gap.simultaneous.high).c_str(),
                 th ? pp(*std::max_element(th->compressed.begin(), th->compressed.end()) -
                         *std::min_element(th->compressed.begin(), th->compressed.end()))
                          .c_str()
@@ -416,8 +419,9 @@ void finding_control(const options& o) {
   const auto r = run(o, "finding5_control_needle", c, theory_of(c), 4);
   print_table(r, "pos mod 8");
   const auto& s = r.summary[0];
-  std::printf("  control needle: gap %s pp [%s, %s], period-4 harmonic test p %s\n", pp(s.gap.gap).c_str(),
-              pp(s.gap.ci.low).c_str(), pp(s.gap.ci.high).c_str(), fmt_p(s.periodicity.p).c_str());
+  std::printf("  control needle: gap %s pp [%s, %s] (bias-corrected, simultaneous 95%%), period-4 harmonic test p %s\n",
+              pp(s.gap.bias_corrected).c_str(), pp(s.gap.simultaneous.low).c_str(), pp(s.gap.simultaneous.high).c_str(),
+              fmt_p(s.periodicity.p).c_str());
   std::printf("  control period detected: %s\n", period_text(detect_period(r.out.models[0])).c_str());
   const auto rp = run(o, "finding5_control_padding", padding_config(o, identity()));
   const auto fc = count_preferences(rp, 0);
@@ -437,21 +441,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--quick", o.quick, "short runs (seconds), as in ctest");
   app.add_option("--out,-o", o.out, "directory for the CSV and JSON files")->capture_default_str();
-  app.add_option("--threads", o.threads, "threads (0: all cores); results do not depend on it");
-  app.add_option("--seed", o.seed, "random seed")->capture_default_str();
+  kvphase::cli::add_int(app, "--threads", o.threads, 0, 1024, "threads (0: all cores); results do not depend on it");
+  kvphase::cli::add_u64(app, "--seed", o.seed, "random seed");
   if (const auto status = kvphase::cli::parse(app, argc, argv, "paper_findings")) return *status;
   o.argc = argc;
   o.argv = argv;
-  try {
+  return kvphase::cli::run("paper_findings", [&] {
+    kvphase::cli::check_writable_dir(o.out, "out");  // before the first finding, not after it
     std::printf("paper_findings%s (seed %llu)\n", o.quick ? " --quick" : "", static_cast<unsigned long long>(o.seed));
     if (o.finding == 0 || o.finding == 1) finding_padding(o);
     if (o.finding == 0 || o.finding == 2) finding_kv128k(o);
     if (o.finding == 0 || o.finding == 3) finding_stride(o);
     if (o.finding == 0 || o.finding == 4) finding_ablations(o);
     if (o.finding == 0 || o.finding == 5) finding_control(o);
-  } catch (const kvphase::error& e) {
-    std::cerr << "paper_findings: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

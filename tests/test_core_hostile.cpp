@@ -91,11 +91,10 @@ TEST_CASE("kv-pairs spans whose product overflows are rejected by validate", "[c
 
   // and through the sweep configuration the CLI builds
   sim::sweep_config sc;
-  sc.task = sim::task_kind::kv_pairs;
-  sc.kv_pairs = {.context = 1024, .pairs = 2, .key_span = big, .value_span = big};
+  sc.task = tasks::kv_pairs_config{.context = 1024, .pairs = 2, .key_span = big, .value_span = big};
   sc.modulus = 8;
   CHECK_THROWS_WITH(sc.validate(), Contains("key_span"));
-  sc.kv_pairs = {.context = 1024, .dim = 8, .pairs = 10, .key_span = 2, .value_span = 2};
+  sc.task = tasks::kv_pairs_config{.context = 1024, .dim = 8, .pairs = 10, .key_span = 2, .value_span = 2};
   sc.window = i64max;
   CHECK_THROWS_WITH(sc.validate(), Contains("window = 9223372036854775807"));
 }

@@ -167,6 +167,12 @@ TEST_CASE("tasks: the stream key does not depend on printed text", "[sim][tasks]
   CHECK(e.config_id() == id);
   e.engine = sim::engine_kind::key;
   CHECK(e.config_id() != id);
+  // modulus 0 means the stride: the same stream as naming it
+  auto m = c;
+  m.modulus = 0;
+  CHECK(m.config_id() == id);  // beacon_sweep() has modulus 4 = the stride
+  m.modulus = 8;
+  CHECK(m.config_id() != id);
 }
 
 TEST_CASE("tasks: an engine that cannot run an operator exactly is refused, naming the field", "[sim][tasks]") {

@@ -29,14 +29,22 @@
 ///   "format": "kvphase-sweep/1", "provenance": {…}, "analysis": {…},
 ///   "models": [ { "model", "modulus", "trials", "hits", "recall",
 ///                 "phases": [ {"phase","trials","hits","recall","ci_low","ci_high", extras…} ],
-///                 "gap", "gap_ci_low", "gap_ci_high", "gap_argmax", "gap_argmin",
+///                 "gap" (raw max − min), "gap_ci_low", "gap_ci_high" (percentile bootstrap,
+///                 comparison only), "gap_bias_corrected", "gap_simultaneous_low",
+///                 "gap_simultaneous_high" (the headline: covers the gap with probability ≥
+///                 confidence, stats/gap.hpp), "gap_group_alpha", "gap_argmax", "gap_argmin",
 ///                 "uniformity_p", "uniformity_statistic", "uniformity_dof", "uniformity_test",
 ///                 "period", "period_p", "period_p_chi_square", "period_p_mc_error",
 ///                 "period_statistic", "period_dof", "period_power", "period_amplitude",
 ///                 "period_peak_phase", "period_test",
 ///                 and for every model other than analysis.baseline (default "full") when the
 ///                 baseline is present: "baseline", "gap_minus_baseline",
-///                 "gap_minus_baseline_ci_low", "gap_minus_baseline_ci_high" } ]
+///                 "gap_minus_baseline_ci_low", "gap_minus_baseline_ci_high",
+///                 "gap_minus_baseline_bias_corrected", "gap_minus_baseline_simultaneous_low",
+///                 "gap_minus_baseline_simultaneous_high" } ]
+/// Both forms take the summaries as an argument (stats::summarize(r.models, r.analysis)); io
+/// computes no statistic. Run columns (sweep_result::columns) follow the extra columns on every
+/// CSV data row, named by a "# run_columns: [...]" comment; JSON holds them in "columns".
 ///
 /// Shards: a sharded run writes one file per shard with provenance.shard_index / shard_count
 /// ("shard": "i/N", 0-based, parse it with io::parse_shard) and the counts of the trials it
@@ -198,12 +206,15 @@ inline void require_summaries(const sweep_result& r, const std::vector<model_sum
 inline std::string summary_line(const model_summary& s) {
   std::ostringstream os;
   os << "summary " << s.model << ": trials " << s.total_trials << ", hits " << s.total_hits << ", gap "
-     << format_shortest(s.gap.gap) << " [" << format_shortest(s.gap.ci.low) << ", "
-     << format_shortest(s.gap.ci.high) << "], uniformity_p " << format_shortest(s.uniformity.p) << ", period "
+     << format_shortest(s.gap.bias_corrected) << " [" << format_shortest(s.gap.simultaneous.low) << ", "
+     << format_shortest(s.gap.simultaneous.high) << "] (bias-corrected, simultaneous interval; raw max-min "
+     << format_shortest(s.gap.gap) << ", percentile [" << format_shortest(s.gap.ci.low) << ", "
+     << format_shortest(s.gap.ci.high) << "]), uniformity_p " << format_shortest(s.uniformity.p) << ", period "
      << s.periodicity.period << " p " << format_shortest(s.periodicity.p) << " (" << s.periodicity.test << ")";
   if (s.vs_baseline)
-    os << ", gap minus baseline " << format_shortest(s.vs_baseline->difference) << " ["
-       << format_shortest(s.vs_baseline->ci.low) << ", " << format_shortest(s.vs_baseline->ci.high) << "]";
+    os << ", gap minus baseline " << format_shortest(s.vs_baseline->bias_corrected) << " ["
+       << format_shortest(s.vs_baseline->simultaneous.low) << ", " << format_shortest(s.vs_baseline->simultaneous.high)
+       << "] (raw " << format_shortest(s.vs_baseline->difference) << ")";
   return os.str();
 }
 template <class Json>
@@ -282,6 +293,10 @@ inline ordered_json sweep_to_json(const sweep_result& r, const std::vector<model
     o["gap"] = s.gap.gap;
     o["gap_ci_low"] = s.gap.ci.low;
     o["gap_ci_high"] = s.gap.ci.high;
+    o["gap_bias_corrected"] = s.gap.bias_corrected;
+    o["gap_simultaneous_low"] = s.gap.simultaneous.low;
+    o["gap_simultaneous_high"] = s.gap.simultaneous.high;
+    o["gap_group_alpha"] = s.gap.group_alpha;
     o["gap_argmax"] = s.gap.argmax;
     o["gap_argmin"] = s.gap.argmin;
     o["uniformity_p"] = s.uniformity.p;
@@ -303,6 +318,9 @@ inline ordered_json sweep_to_json(const sweep_result& r, const std::vector<model
       o["gap_minus_baseline"] = s.vs_baseline->difference;
       o["gap_minus_baseline_ci_low"] = s.vs_baseline->ci.low;
       o["gap_minus_baseline_ci_high"] = s.vs_baseline->ci.high;
+      o["gap_minus_baseline_bias_corrected"] = s.vs_baseline->bias_corrected;
+      o["gap_minus_baseline_simultaneous_low"] = s.vs_baseline->simultaneous.low;
+      o["gap_minus_baseline_simultaneous_high"] = s.vs_baseline->simultaneous.high;
     }
     j["models"].push_back(std::move(o));
   }

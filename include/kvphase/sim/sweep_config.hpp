@@ -7,7 +7,8 @@
 /// Random streams. Trial k of group g draws everything from streams keyed by
 /// (seed, config_id, g, k), config_id = rng::hash_text(stream_key()), where stream_key() is the
 /// canonical text (core/fields.hpp) of every keyed field — the task and its config, the operator,
-/// the raw window, the engine actually used, the modulus, params_seed — under the schema name
+/// the raw window, the engine actually used, the modulus (0 resolved to the stride), params_seed —
+/// under the schema name
 /// "kvphase.sweep_config/2". Trials, threads, shard, seed and compute_mass are not keyed: more
 /// trials extend a sample and shards partition it. The key never goes through printed text, so a
 /// change of any log format changes no stream; a change of schema is a deliberate, versioned one.
@@ -160,6 +161,7 @@ struct sweep_config {
   [[nodiscard]] std::string stream_key() const {
     sweep_config c = *this;
     c.engine = resolved_engine();
+    c.modulus = geometry().phase_groups();  // 0 means the stride: the same stream as naming it
     return fields::canonical(c, sweep_schema);
   }
   [[nodiscard]] std::uint64_t config_id() const { return rng::hash_text(stream_key()); }

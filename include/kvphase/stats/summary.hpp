@@ -16,6 +16,7 @@
 
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
+#include "kvphase/stats/bootstrap.hpp"
 #include "kvphase/stats/gap.hpp"
 #include "kvphase/stats/intervals.hpp"
 #include "kvphase/stats/periodicity.hpp"
@@ -48,7 +49,7 @@ struct analysis_options {
   uniformity_method uniformity = uniformity_method::pearson_chi_square;
   periodicity_statistic periodicity = periodicity_statistic::harmonics;
   std::int64_t permutations = 9999;          ///< 0 = asymptotic chi-square p-value only
-  std::int64_t bootstrap_replicates = 2000;  ///< 0 = no gap interval ([gap, gap])
+  std::int64_t bootstrap_replicates = 2000;  ///< 0 = no percentile interval and no bias correction (the simultaneous interval is always computed)
   std::uint64_t seed = 0;                    ///< stream seed (set it to the run seed)
   std::string baseline = "full";             ///< model the others' gaps are contrasted with
 
@@ -58,8 +59,10 @@ struct analysis_options {
     require(modulus % period == 0, "analysis.period", period,
             "must divide analysis.modulus = " + std::to_string(modulus));
     require_confidence(confidence, "analysis.confidence");
-    require(permutations >= 0, "analysis.permutations", permutations, "must be >= 0");
-    require(bootstrap_replicates >= 0, "analysis.bootstrap_replicates", bootstrap_replicates, "must be >= 0");
+    require(permutations >= 0 && permutations <= max_resamples, "analysis.permutations", permutations,
+            "must be in [0, " + std::to_string(max_resamples) + "]");
+    require(bootstrap_replicates >= 0 && bootstrap_replicates <= max_resamples, "analysis.bootstrap_replicates",
+            bootstrap_replicates, "must be in [0, " + std::to_string(max_resamples) + "]");
   }
   friend bool operator==(const analysis_options&, const analysis_options&) = default;
 };
