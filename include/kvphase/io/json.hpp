@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <istream>
 #include <iterator>
 #include <ostream>
@@ -82,13 +83,23 @@ inline void require_json_depth(std::string_view text, std::string_view source) {
 
 /// Parses JSON text (see the file comment); throws kvphase::error naming `source`, the byte
 /// offset, line and column on a syntax error or invalid UTF-8, and on nesting deeper than
-/// max_json_depth.
+/// max_json_depth. Members of the top-level object named in `skip` are checked for syntax but
+/// not stored (a reader that needs a part of a large document builds only that part).
 template <class Json = ordered_json>
-Json parse_json_as(std::string_view text, std::string_view source = "json") {
+Json parse_json_as(std::string_view text, std::string_view source = "json",
+                   std::initializer_list<std::string_view> skip = {}) {
   text = detail::strip_bom(text);
   detail::require_json_depth(text, source);
   try {
-    return Json::parse(text.begin(), text.end());
+    if (skip.size() == 0) return Json::parse(text.begin(), text.end());
+    const auto keep = [&](int depth, typename Json::parse_event_t event, Json& parsed) {
+      if (depth != 1 || event != Json::parse_event_t::key || !parsed.is_string()) return true;
+      const auto& key = parsed.template get_ref<const std::string&>();
+      for (const auto k : skip)
+        if (key == k) return false;
+      return true;
+    };
+    return Json::parse(text.begin(), text.end(), keep);
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte is 1-based: the byte after the last one read.
     const std::size_t at = e.byte > 0 ? static_cast<std::size_t>(e.byte) - 1 : 0;

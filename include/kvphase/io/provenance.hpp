@@ -214,8 +214,8 @@ inline nlohmann::json to_json(const provenance& p) {
 /// Inverse of to_json. Missing string fields read "unknown"; a malformed object throws
 /// kvphase::error naming the field (and `source`, the input, when given). Counts are checked
 /// against their ranges before use: threads in [1, 65536], merged_from in [0, 2^20], seed in
-/// [0, 2^64), shard i/N with N <= 2^20.
-inline provenance provenance_from_json(const nlohmann::json& j, std::string_view source = {}) {
+/// [0, 2^64), shard i/N with N <= 2^20. (Taken by value: pass an rvalue to move a large config.)
+inline provenance provenance_from_json(nlohmann::json j, std::string_view source = {}) {
   const std::string where = source.empty() ? std::string("provenance") : std::string(source) + " provenance";
   if (!j.is_object()) fail(where, detail::json_excerpt(j), "must be a JSON object");
   provenance p;
@@ -259,7 +259,7 @@ inline provenance provenance_from_json(const nlohmann::json& j, std::string_view
     if (!it->is_string()) fail(where + ".shard", detail::json_excerpt(*it), "must be a string i/N");
     std::tie(p.shard_index, p.shard_count) = parse_shard(it->get<std::string>(), where + ".shard");
   }
-  if (const auto it = j.find("config"); it != j.end()) p.config = *it;
+  if (const auto it = j.find("config"); it != j.end()) p.config = std::move(*it);
   p.validate();
   return p;
 }

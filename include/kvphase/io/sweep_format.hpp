@@ -572,15 +572,21 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
 inline sweep_result parse_sweep_json(std::string_view text, std::string_view source = "json") {
   const std::string src(source);
   return detail::naming_source(src, [&] {
-    const ordered_json j = parse_json(text, source);
-    const auto& fmt = require_member(j, "format", src);
+    // Two passes over the text, each building only what it needs: the settings as a plain
+    // object, the models with their keys in file order (the order of the extra columns).
+    // (One ordered document would copy a large provenance each time its object grows.)
+    auto head = parse_json_as<nlohmann::json>(text, source, {"models"});
+    const auto& fmt = require_member(head, "format", src);
     if (!(fmt.is_string() && fmt.get_ref<const std::string&>() == sweep_format_name))
       fail(src + ".format", detail::json_excerpt(fmt), std::string("must be \"") + sweep_format_name + "\"");
     sweep_result r;
-    r.prov = provenance_from_json(nlohmann::json::parse(require_member(j, "provenance", src).dump()), src);
-    r.analysis = analysis_from_json(require_member(j, "analysis", src));
+    r.analysis = analysis_from_json(require_member(head, "analysis", src));
+    const auto prov = head.find("provenance");
+    if (prov == head.end()) fail(src + ".provenance", "(absent)", "is required");
+    r.prov = provenance_from_json(std::move(*prov), src);  // moves a large config instead of copying it
     detail::require_read_limits(r.analysis, src);
-    const auto& models = require_member(j, "models", src);
+    const auto body = parse_json_as<ordered_json>(text, source, {"format", "provenance", "analysis"});
+    const auto& models = require_member(body, "models", src);
     if (!models.is_array()) fail(src + ".models", detail::json_excerpt(models), "must be an array");
     detail::require_read_work(r.analysis, models.size(), src);
     static const std::set<std::string> standard{"phase", "trials", "hits", "recall", "ci_low", "ci_high"};
@@ -662,11 +668,33 @@ struct merge_options {
 };
 
 /// Config keys that may differ between shards of one run (ignored when comparing configs).
+inline constexpr std::string_view config_ignored_keys[] = {"shard", "threads", "out", "format", "progress"};
+
+/// The config without config_ignored_keys.
 inline nlohmann::json config_for_comparison(const nlohmann::json& config) {
   nlohmann::json c = config;
   if (c.is_object())
-    for (const char* k : {"shard", "threads", "out", "format", "progress"}) c.erase(k);
+    for (const auto k : config_ignored_keys) c.erase(std::string(k));
   return c;
+}
+
+/// config_for_comparison(a) == config_for_comparison(b), without copying either.
+inline bool configs_match(const nlohmann::json& a, const nlohmann::json& b) {
+  if (!a.is_object() || !b.is_object()) return a == b;
+  const auto ignored = [](const std::string& k) {
+    for (const auto i : config_ignored_keys)
+      if (k == i) return true;
+    return false;
+  };
+  auto ia = a.begin(), ib = b.begin();  // both in key order (std::map)
+  while (true) {
+    while (ia != a.end() && ignored(ia.key())) ++ia;
+    while (ib != b.end() && ignored(ib.key())) ++ib;
+    if (ia == a.end() || ib == b.end()) return ia == a.end() && ib == b.end();
+    if (ia.key() != ib.key() || *ia != *ib) return false;
+    ++ia;
+    ++ib;
+  }
 }
 
 namespace detail {
@@ -713,7 +741,6 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
 
   const auto& first = shards[static_cast<std::size_t>(owner[0])];
   const std::string first_name = name(static_cast<std::size_t>(owner[0]));
-  const auto base_config = config_for_comparison(first.prov.config);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& s = shards[i];
     if (!options.allow_mixed_builds) {
@@ -726,10 +753,10 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
     }
     if (s.prov.seed != first.prov.seed)
       fail("seed of " + name(i), s.prov.seed, "differs from " + first_name + " (" + std::to_string(first.prov.seed) + ")");
-    const auto cfg = config_for_comparison(s.prov.config);
-    if (cfg != base_config) {
+    if (!configs_match(s.prov.config, first.prov.config)) {
       std::vector<std::string> diff;
-      for (const auto& d : nlohmann::json::diff(base_config, cfg)) diff.push_back(d.value("op", "") + " " + d.value("path", ""));
+      for (const auto& d : nlohmann::json::diff(config_for_comparison(first.prov.config), config_for_comparison(s.prov.config)))
+        diff.push_back(d.value("op", "") + " " + d.value("path", ""));
       fail("config of " + name(i), detail::short_list(diff, 4), "differs from " + first_name + " (configs must match)");
     }
     if (!(s.analysis == first.analysis))
@@ -743,8 +770,8 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
            "differ from " + first_name + " (" + detail::short_list(b) + "; same models, same order)");
   }
   // Trials per (model, phase) against the configuration and each shard's range.
-  if (const auto it = base_config.is_object() ? base_config.find("trials") : base_config.end();
-      base_config.is_object() && it != base_config.end()) {
+  if (const auto& cfg = first.prov.config; cfg.is_object() && cfg.contains("trials")) {
+    const auto it = cfg.find("trials");
     if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > read_limits::trials)
       fail("config.trials of " + first_name, detail::json_excerpt(*it), "must be an integer in [1, 2^40]");
     const std::int64_t T = it->get<std::int64_t>();
