@@ -40,11 +40,14 @@
 ///
 /// Shards: a sharded run writes one file per shard with provenance.shard_index / shard_count
 /// ("shard": "i/N", 0-based, parse it with io::parse_shard) and the counts of the trials it
-/// ran (groups it did not run have trials 0). merge_shards() requires every i in 0..N−1 exactly
+/// ran: trials [⌊i·T/N⌋, ⌊(i+1)·T/N⌋) of every group for config "trials" = T (sim/shard.hpp),
+/// which merge_shards() checks when the config records T. merge_shards() requires every i in 0..N−1 exactly
 /// once, the same version, git hash, seed, analysis settings, models, extra columns and config
 /// (config keys "shard", "threads", "out", "format", "progress" are ignored: they may differ
 /// between shards without changing results), sums the counts per (model, phase) and returns
 /// an unsharded result (shard 0/1, merged_from = N) whose statistics are recomputed on write.
+/// The readers bound what a file may declare (read_limits) and name the file in every error;
+/// docs/reliability.md lists each check.
 
 #include <algorithm>
 #include <cstdint>
