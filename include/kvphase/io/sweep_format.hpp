@@ -448,6 +448,17 @@ inline void require_name(std::string_view name, const std::string& what) {
   if (const auto at = invalid_utf8_at(name); at != std::string_view::npos)
     fail(what, "\"" + excerpt(name) + "\"", "is not valid UTF-8 (byte " + std::to_string(at) + ")");
 }
+/// Runs `body`; a kvphase::error it throws ("kvphase: <what>") is rethrown as
+/// "kvphase: <where()> <what>", so the name of the place is built only on failure.
+template <class F, class W>
+auto naming_place(W&& where, F&& body) {
+  try {
+    return body();
+  } catch (const kvphase::error& e) {
+    const std::string_view m = e.what();
+    throw kvphase::error("kvphase: " + where() + " " + std::string(m.starts_with("kvphase: ") ? m.substr(9) : m));
+  }
+}
 /// Runs `body`; rethrows what it throws as kvphase::error naming `src` (nlohmann exceptions,
 /// allocation failures, and kvphase errors whose message does not name `src` yet).
 template <class F>
@@ -522,7 +533,8 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
         names.push_back(f[cm]);
         detail::require_read_work(r.analysis, names.size(), src);
       }
-      const std::int64_t g = parse_int(f[cp], src + " row " + std::to_string(row + 1) + " phase");
+      const std::int64_t g =
+          detail::naming_place([&] { return src + " row " + std::to_string(row + 1); }, [&] { return parse_int(f[cp], "phase"); });
       if (g < 0 || g >= r.analysis.modulus)
         fail(src + " row " + std::to_string(row + 1) + " phase", g,
              "must lie in [0, analysis.modulus = " + std::to_string(r.analysis.modulus) + ")");
@@ -545,6 +557,8 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
                "is missing: every model needs one row for each phase 0.." + std::to_string(M - 1) +
                    " (analysis.modulus = " + std::to_string(M) + ")");
     // Pass 2: the counts (rows == models × M now, so the storage is proportional to the file).
+    std::vector<std::string> extra_names;
+    for (auto e : extra_cols) extra_names.push_back(detail::excerpt(t.header[e]));
     for (const auto& n : names) {
       phase_counts pc;
       pc.model = std::string(n);
@@ -559,11 +573,15 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
       const std::size_t g = phase_of[row];
       auto where = [&] { return src + " row " + std::to_string(row + 1) + " (model " + detail::excerpt(pc.model) +
                                 " phase " + std::to_string(g) + ")"; };
-      pc.trials[g] = parse_int(f[ct], where() + " trials");
-      pc.hits[g] = parse_int(f[ch], where() + " hits");
-      detail::require_read_counts(pc.trials[g], pc.hits[g], where());
-      for (std::size_t e = 0; e < extra_cols.size(); ++e)
-        pc.extra[e].values[g] = parse_double(f[extra_cols[e]], where() + " " + t.header[extra_cols[e]]);
+      detail::naming_place(where, [&] {
+        pc.trials[g] = parse_int(f[ct], "trials");
+        pc.hits[g] = parse_int(f[ch], "hits");
+        for (std::size_t e = 0; e < extra_cols.size(); ++e)
+          pc.extra[e].values[g] = parse_double(f[extra_cols[e]], extra_names[e]);
+        return 0;
+      });
+      if (pc.trials[g] < 0 || pc.trials[g] > read_limits::trials || pc.hits[g] < 0 || pc.hits[g] > pc.trials[g])
+        detail::require_read_counts(pc.trials[g], pc.hits[g], where());
     }
     r.validate();
     return r;
@@ -626,7 +644,8 @@ inline sweep_result parse_sweep_json(std::string_view text, std::string_view sou
           fail(pw() + " phase", ph, "must equal its index " + std::to_string(g) + " in phases");
         pc.trials[g] = get_int("trials");
         pc.hits[g] = get_int("hits");
-        detail::require_read_counts(pc.trials[g], pc.hits[g], pw());
+        if (pc.trials[g] < 0 || pc.trials[g] > read_limits::trials || pc.hits[g] < 0 || pc.hits[g] > pc.trials[g])
+          detail::require_read_counts(pc.trials[g], pc.hits[g], pw());
         std::size_t e = 0;
         for (auto it = p.begin(); it != p.end(); ++it) {
           if (standard.contains(it.key())) continue;
