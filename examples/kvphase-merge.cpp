@@ -6,11 +6,13 @@
 // "shard i/N" in its provenance and the per-(model, phase) counts of the trials it ran. The
 // merge sums the counts and recomputes recall, intervals, gap and tests with the same code the
 // sweep uses, so the result is byte-identical (provenance aside) to the unsharded run.
-// It fails with exit status 2 and a message naming the problem when a shard is missing or
-// duplicated, when runs differ (config, seed, analysis settings, models, build), or when an
-// input cannot be read.
+// It fails with exit status 2 and a message naming the file (and, for counts, the model and
+// phase) when a shard is missing or duplicated, when runs differ (config, seed, analysis
+// settings, models, build), when a file lacks a (model, phase) row or holds other trials than
+// its shard of the config's trials, or when an input cannot be read (docs/reliability.md).
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const std::string text = kvphase::io::read_text_file(inputs[i]);
       if (i == 0) {
-        const auto p = text.find_first_not_of(" \t\r\n");
+        const std::size_t bom = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+        const auto p = text.find_first_not_of(" \t\r\n", bom);
         first_is_json = p != std::string::npos && text[p] == '{';
       }
       shards.push_back(kvphase::io::parse_sweep(text, inputs[i]));
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
     }
   } catch (const kvphase::error& e) {
     std::cerr << "kvphase-merge: " << e.what() << '\n';
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "kvphase-merge: out of memory while reading or merging the inputs\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "kvphase-merge: " << e.what() << '\n';

@@ -25,7 +25,8 @@ foreach(_kv_case
 endforeach()
 
 # kvphase-merge: two shards (CSV + JSON) merge to the unsharded run's bytes (provenance lines
-# aside); a missing shard, a duplicate shard, a mismatched config and a bad flag exit 2.
+# aside); a missing shard, a duplicate shard, a mismatched config, a missing (model, phase) row,
+# trials edited beyond the config and a bad flag exit 2.
 set(_kv_merge_data ${PROJECT_SOURCE_DIR}/tests/data/merge)
 set(_kv_merge_out ${CMAKE_CURRENT_BINARY_DIR}/merge_test)
 add_test(NAME example.merge_shards
@@ -44,6 +45,8 @@ foreach(_kv_case
     "missing|shard_0_of_2.csv|are missing"
     "duplicate|shard_0_of_2.csv shard_0_of_2.csv shard_1_of_2.json|is a duplicate"
     "mismatched_config|shard_0_of_2.csv shard_1_of_2_other_config.csv|config of"
+    "missing_row|shard_0_of_2_missing_row.csv shard_1_of_2.json|shard_0_of_2_missing_row.csv model full phase 7"
+    "edited_trials|shard_0_of_2_edited_trials.csv shard_1_of_2.json|shard_0_of_2_edited_trials.csv model full phase 3 trials = 150"
     "bad_flag|--no-such-flag shard_0_of_2.csv|no-such-flag")
   string(REPLACE "|" ";" _kv_parts "${_kv_case}")
   list(GET _kv_parts 0 _kv_name)

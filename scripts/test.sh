@@ -3,7 +3,9 @@
 #   1. release build (-O3 -march=native): unit tests, header checks, consumer projects,
 #      example runs and benchmark smoke runs;
 #   2. address + undefined sanitizer build of the tests.
-# Options: KVPHASE_SKIP_ASAN=1 skips step 2; KVPHASE_WITH_SLOW=1 also runs tests labelled slow.
+#   3. when clang++ is present, a fuzz smoke run: each libFuzzer target for 30 s (scripts/fuzz.sh).
+# Options: KVPHASE_SKIP_ASAN=1 skips step 2; KVPHASE_SKIP_FUZZ=1 skips step 3;
+# KVPHASE_FUZZ_SECONDS=N sets its time per target; KVPHASE_WITH_SLOW=1 also runs tests labelled slow.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -24,5 +26,9 @@ if [ "${KVPHASE_SKIP_ASAN:-0}" != "1" ]; then
   echo "== sanitizer tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$(nproc)" -LE "slow|consumer"
+fi
+if [ "${KVPHASE_SKIP_FUZZ:-0}" != "1" ] && command -v clang++ > /dev/null; then
+  echo "== fuzz smoke run (${KVPHASE_FUZZ_SECONDS:-30} s per target) =="
+  scripts/fuzz.sh "${KVPHASE_FUZZ_SECONDS:-30}"
 fi
 echo "== all tests passed =="

@@ -8,9 +8,11 @@
 /// format_fixed(x, digits) for fixed-point, format_shortest(x) for the shortest text that reads
 /// back as x. −0 is written as 0; NaN and ±∞ as nan, inf, -inf.
 ///
-/// Reading: lines starting with '#' (outside quoted fields) are comments and are returned in
-/// order; blank lines are skipped; the first other record is the header; every row must have
-/// as many fields as the header (kvphase::error naming the line otherwise). CRLF is accepted.
+/// Reading: a leading UTF-8 byte order mark is skipped (the same rule as the JSON reader, see
+/// io/text.hpp); lines starting with '#' (outside quoted fields) are comments and are returned
+/// in order; blank lines are skipped; the first other record is the header, whose names must
+/// be distinct; every row must have as many fields as the header (kvphase::error naming the
+/// line otherwise). CRLF is accepted. Error messages quote at most a short excerpt of a field.
 
 #include <charconv>
 #include <cmath>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <istream>
 #include <iterator>
+#include <map>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/io/text.hpp"
 
 namespace kvphase::io {
 
@@ -65,7 +69,7 @@ inline double parse_double(std::string_view s, std::string_view what = "field") 
   if (s == "-inf") return -HUGE_VAL;
   double v = 0.0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc{} || r.ptr != s.data() + s.size()) fail(what, std::string(s), "must be a number");
+  if (r.ec != std::errc{} || r.ptr != s.data() + s.size()) fail(what, detail::excerpt(s), "must be a number");
   return v;
 }
 
@@ -73,7 +77,8 @@ inline double parse_double(std::string_view s, std::string_view what = "field") 
 inline std::int64_t parse_int(std::string_view s, std::string_view what = "field") {
   std::int64_t v = 0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc{} || r.ptr != s.data() + s.size() || s.empty()) fail(what, std::string(s), "must be an integer");
+  if (r.ec != std::errc{} || r.ptr != s.data() + s.size() || s.empty())
+    fail(what, detail::excerpt(s), "must be an integer in [-2^63, 2^63)");
   return v;
 }
 
@@ -136,7 +141,7 @@ struct csv_table {
   [[nodiscard]] std::size_t column(std::string_view name) const {
     for (std::size_t i = 0; i < header.size(); ++i)
       if (header[i] == name) return i;
-    fail("csv column", std::string(name), "is missing from the header");
+    fail("csv column", detail::excerpt(name), "is missing from the header");
   }
   [[nodiscard]] bool has_column(std::string_view name) const {
     for (const auto& h : header)
@@ -148,6 +153,7 @@ struct csv_table {
 /// Parses CSV text (see the file comment). `source` names the input in error messages.
 inline csv_table parse_csv(std::string_view text, std::string_view source = "csv") {
   csv_table t;
+  text = detail::strip_bom(text);
   std::size_t i = 0, line = 1;
   bool have_header = false;
   const std::string src(source);
@@ -216,6 +222,13 @@ inline csv_table parse_csv(std::string_view text, std::string_view source = "csv
       }
     }
     if (!have_header) {
+      std::map<std::string_view, std::size_t> names;
+      for (std::size_t a = 0; a < fields.size(); ++a) {
+        const auto [it, fresh] = names.emplace(fields[a], a);
+        if (!fresh)
+          fail(src + " header column " + std::to_string(a + 1), detail::excerpt(fields[a]),
+               "repeats column " + std::to_string(it->second + 1) + " (header names must be distinct)");
+      }
       t.header = std::move(fields);
       have_header = true;
     } else {

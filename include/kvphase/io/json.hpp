@@ -6,7 +6,16 @@
 /// (nlohmann::ordered_json), a trailing newline. nlohmann writes doubles as the shortest text
 /// that reads back to the same double, independent of the locale, so identical values give
 /// identical bytes.
+///
+/// Reading (parse_json): a leading UTF-8 byte order mark is skipped (the same rule as the CSV
+/// reader); arrays and objects may nest at most max_json_depth levels (checked by a scan of the
+/// text before parsing, so a hostile file cannot exhaust the stack of the parser, the
+/// serializer or the comparison); a syntax error or invalid UTF-8 throws kvphase::error naming
+/// the source, the byte offset, line and column. Error texts quote at most a short excerpt.
 
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
 #include <istream>
 #include <iterator>
 #include <ostream>
@@ -16,11 +25,15 @@
 #include <nlohmann/json.hpp>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/io/text.hpp"
 
 namespace kvphase::io {
 
 /// JSON value whose objects keep insertion order (outputs list fields in a fixed, readable order).
 using ordered_json = nlohmann::ordered_json;
+
+/// Deepest nesting of arrays and objects parse_json accepts (kvphase's own files nest ≤ 5).
+inline constexpr std::size_t max_json_depth = 64;
 
 /// The output text of a JSON value: indent 2, trailing newline.
 template <class Json>
@@ -28,11 +41,81 @@ std::string json_text(const Json& j) {
   return j.dump(2) + "\n";
 }
 
-/// Parses JSON text; throws kvphase::error naming `source` on a syntax error.
+namespace detail {
+/// A short text of a JSON value for error messages (at most about max_excerpt bytes; values of
+/// arrays and objects are not printed in full).
+template <class Json>
+std::string json_excerpt(const Json& j) {
+  if (j.is_array()) return "(an array of " + std::to_string(j.size()) + ")";
+  if (j.is_object()) return "(an object of " + std::to_string(j.size()) + " members)";
+  if (j.is_string()) {
+    const auto& s = j.template get_ref<const std::string&>();
+    return "\"" + excerpt(s) + "\"";
+  }
+  return excerpt(j.dump());
+}
+
+/// Throws kvphase::error naming `source` unless arrays and objects in `text` nest at most
+/// max_json_depth levels (brackets inside strings do not count).
+inline void require_json_depth(std::string_view text, std::string_view source) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_json_depth)
+        fail(std::string(source) + " nesting depth", "> " + std::to_string(max_json_depth) + " at byte " +
+                                                          std::to_string(i) + " (" + line_column(text, i) + ")",
+             "arrays and objects may nest at most " + std::to_string(max_json_depth) + " levels");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+}  // namespace detail
+
+/// Parses JSON text (see the file comment); throws kvphase::error naming `source`, the byte
+/// offset, line and column on a syntax error or invalid UTF-8, and on nesting deeper than
+/// max_json_depth. Members of the top-level object named in `skip` are checked for syntax but
+/// not stored (a reader that needs a part of a large document builds only that part).
+template <class Json = ordered_json>
+Json parse_json_as(std::string_view text, std::string_view source = "json",
+                   std::initializer_list<std::string_view> skip = {}) {
+  text = detail::strip_bom(text);
+  detail::require_json_depth(text, source);
+  try {
+    if (skip.size() == 0) return Json::parse(text.begin(), text.end());
+    const auto keep = [&](int depth, typename Json::parse_event_t event, Json& parsed) {
+      if (depth != 1 || event != Json::parse_event_t::key || !parsed.is_string()) return true;
+      const auto& key = parsed.template get_ref<const std::string&>();
+      for (const auto k : skip)
+        if (key == k) return false;
+      return true;
+    };
+    return Json::parse(text.begin(), text.end(), keep);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based: the byte after the last one read.
+    const std::size_t at = e.byte > 0 ? static_cast<std::size_t>(e.byte) - 1 : 0;
+    std::string what = e.what();
+    const auto colon = what.find(": ");  // drop "[json.exception.parse_error.101] parse error at ...: "
+    if (colon != std::string::npos) what.erase(0, colon + 2);
+    fail(std::string(source), "byte " + std::to_string(at) + " (" + detail::line_column(text, at) + ")",
+         "is not valid JSON: " + detail::excerpt(what, 160));
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string(source), "(JSON)", std::string("cannot be read: ") + detail::excerpt(e.what(), 160));
+  }
+}
+
+/// parse_json_as<ordered_json>.
 inline ordered_json parse_json(std::string_view text, std::string_view source = "json") {
-  ordered_json j = ordered_json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) fail(source, std::string(text.substr(0, 60)), "is not valid JSON");
-  return j;
+  return parse_json_as<ordered_json>(text, source);
 }
 
 /// Reads a whole stream as JSON.
@@ -42,12 +125,12 @@ inline ordered_json read_json(std::istream& in, std::string_view source = "json"
 }
 
 /// Member `key` of object `j`, required; throws kvphase::error naming `where.key` if absent.
+/// (The names are built only on failure: this is called for every value of a large file.)
 template <class Json>
 const Json& require_member(const Json& j, std::string_view key, std::string_view where) {
-  const std::string name = std::string(where) + "." + std::string(key);
-  require(j.is_object(), std::string(where), j.dump().substr(0, 60), "must be a JSON object");
+  if (!j.is_object()) fail(where, detail::json_excerpt(j), "must be a JSON object");
   const auto it = j.find(std::string(key));
-  if (it == j.end()) fail(name, "(absent)", "is required");
+  if (it == j.end()) fail(std::string(where) + "." + std::string(key), "(absent)", "is required");
   return *it;
 }
 

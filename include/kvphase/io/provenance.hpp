@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,8 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/io/json.hpp"
+#include "kvphase/io/text.hpp"
 #include "kvphase/version.hpp"
 
 #if defined(KVPHASE_HAVE_BUILD_INFO) && __has_include(<kvphase_build_info.hpp>)
@@ -107,6 +110,11 @@ inline std::string join_command_line(int argc, const char* const* argv) {
   return out;
 }
 
+/// Largest shard count a provenance may carry (the sweep's own limit, sim::shard_spec).
+inline constexpr std::int64_t max_shard_count = std::int64_t{1} << 20;
+/// Largest thread count a provenance may carry.
+inline constexpr std::int64_t max_threads = 65536;
+
 /// Provenance of one output. Fields without a value read "unknown" (strings) or 0.
 struct provenance {
   std::string version = KVPHASE_VERSION_STRING;
@@ -125,14 +133,19 @@ struct provenance {
   std::string command_line;
   nlohmann::json config = nlohmann::json::object();  ///< full run configuration
 
-  /// Throws kvphase::error unless shard_count ≥ 1, 0 ≤ shard_index < shard_count, threads ≥ 1
-  /// and config is a JSON object.
+  /// Throws kvphase::error unless 1 ≤ shard_count ≤ max_shard_count, 0 ≤ shard_index <
+  /// shard_count, 0 ≤ merged_from ≤ max_shard_count, 1 ≤ threads ≤ max_threads and config is a
+  /// JSON object.
   void validate() const {
-    require(shard_count >= 1, "provenance.shard_count", shard_count, "must be >= 1");
-    require(shard_index >= 0 && shard_index < shard_count, "provenance.shard_index", shard_index,
-            "must satisfy 0 <= shard_index < shard_count = " + std::to_string(shard_count));
-    require(threads >= 1, "provenance.threads", threads, "must be >= 1");
-    require(config.is_object(), "provenance.config", config.dump(), "must be a JSON object");
+    require(shard_count >= 1 && shard_count <= max_shard_count, "provenance.shard_count", shard_count,
+            "must be in [1, 2^20]");
+    if (shard_index < 0 || shard_index >= shard_count)
+      fail("provenance.shard_index", shard_index,
+           "must satisfy 0 <= shard_index < shard_count = " + std::to_string(shard_count));
+    require(merged_from >= 0 && merged_from <= max_shard_count, "provenance.merged_from", merged_from,
+            "must be in [0, 2^20]");
+    require(threads >= 1 && threads <= max_threads, "provenance.threads", threads, "must be in [1, 65536]");
+    if (!config.is_object()) fail("provenance.config", detail::json_excerpt(config), "must be a JSON object");
   }
 
   /// "i/N".
@@ -155,13 +168,14 @@ inline provenance make_provenance(nlohmann::json config, std::uint64_t seed, int
   return p;
 }
 
-/// Parses "i/N" (0-based i, 0 ≤ i < N, N ≥ 1) into {i, N}; throws kvphase::error naming
-/// `parameter` otherwise.
+/// Parses "i/N" (0-based i, 0 ≤ i < N, 1 ≤ N ≤ max_shard_count) into {i, N}; throws
+/// kvphase::error naming `parameter` otherwise.
 inline std::pair<std::int64_t, std::int64_t> parse_shard(std::string_view text,
                                                          std::string_view parameter = "shard") {
-  const std::string s(text);
+  const std::string s(text.substr(0, 64));
   const auto slash = s.find('/');
-  auto bad = [&] { fail(parameter, s, "must be i/N with integers 0 <= i < N, N >= 1"); };
+  auto bad = [&] { fail(parameter, detail::excerpt(text), "must be i/N with integers 0 <= i < N, 1 <= N <= 2^20"); };
+  if (text.size() > 40) bad();
   if (slash == std::string::npos || slash == 0 || slash + 1 >= s.size()) bad();
   auto digits = [](std::string_view d) {
     if (d.empty() || d.size() > 18) return false;
@@ -172,7 +186,7 @@ inline std::pair<std::int64_t, std::int64_t> parse_shard(std::string_view text,
   const std::string a = s.substr(0, slash), b = s.substr(slash + 1);
   if (!digits(a) || !digits(b)) bad();
   const std::int64_t i = std::stoll(a), n = std::stoll(b);
-  if (n < 1 || i >= n) bad();
+  if (n < 1 || n > max_shard_count || i >= n) bad();
   return {i, n};
 }
 
@@ -198,17 +212,32 @@ inline nlohmann::json to_json(const provenance& p) {
 }
 
 /// Inverse of to_json. Missing string fields read "unknown"; a malformed object throws
-/// kvphase::error naming the field.
-inline provenance provenance_from_json(const nlohmann::json& j) {
-  require(j.is_object(), "provenance", j.dump(), "must be a JSON object");
+/// kvphase::error naming the field (and `source`, the input, when given). Counts are checked
+/// against their ranges before use: threads in [1, 65536], merged_from in [0, 2^20], seed in
+/// [0, 2^64), shard i/N with N <= 2^20. (Taken by value: pass an rvalue to move a large config.)
+inline provenance provenance_from_json(nlohmann::json j, std::string_view source = {}) {
+  const std::string where = source.empty() ? std::string("provenance") : std::string(source) + " provenance";
+  if (!j.is_object()) fail(where, detail::json_excerpt(j), "must be a JSON object");
   provenance p;
   auto str = [&](const char* key, std::string& out) {
-    if (!j.contains(key)) {
+    const auto it = j.find(key);
+    if (it == j.end()) {
       out = "unknown";
       return;
     }
-    require(j[key].is_string(), std::string("provenance.") + key, j[key].dump(), "must be a string");
-    out = j[key].get<std::string>();
+    if (!it->is_string()) fail(where + "." + key, detail::json_excerpt(*it), "must be a string");
+    out = it->get<std::string>();
+  };
+  // An integer member in [lo, hi]; absent: `out` unchanged.
+  auto count = [&](const char* key, std::int64_t lo, std::int64_t hi, const char* rule, auto& out) {
+    const auto it = j.find(key);
+    if (it == j.end()) return;
+    const bool ok = (it->is_number_unsigned() && it->template get<std::uint64_t>() >= static_cast<std::uint64_t>(lo) &&
+                     it->template get<std::uint64_t>() <= static_cast<std::uint64_t>(hi)) ||
+                    (it->is_number_integer() && !it->is_number_unsigned() && it->template get<std::int64_t>() >= lo &&
+                     it->template get<std::int64_t>() <= hi);
+    if (!ok) fail(where + "." + key, detail::json_excerpt(*it), rule);
+    out = static_cast<std::remove_reference_t<decltype(out)>>(it->template get<std::int64_t>());
   };
   str("version", p.version);
   str("git_hash", p.git_hash);
@@ -219,25 +248,18 @@ inline provenance provenance_from_json(const nlohmann::json& j) {
   str("isa_runtime", p.isa_runtime);
   str("date", p.date);
   str("command_line", p.command_line);
-  if (j.contains("seed")) {
-    require(j["seed"].is_number_unsigned() || (j["seed"].is_number_integer() && j["seed"].get<std::int64_t>() >= 0),
-            "provenance.seed", j["seed"].dump(), "must be a non-negative integer");
-    p.seed = j["seed"].get<std::uint64_t>();
+  if (const auto it = j.find("seed"); it != j.end()) {
+    if (!(it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0)))
+      fail(where + ".seed", detail::json_excerpt(*it), "must be an integer in [0, 2^64)");
+    p.seed = it->get<std::uint64_t>();
   }
-  if (j.contains("threads")) {
-    require(j["threads"].is_number_integer(), "provenance.threads", j["threads"].dump(), "must be an integer");
-    p.threads = j["threads"].get<int>();
+  count("threads", 1, max_threads, "must be an integer in [1, 65536]", p.threads);
+  count("merged_from", 0, max_shard_count, "must be an integer in [0, 2^20]", p.merged_from);
+  if (const auto it = j.find("shard"); it != j.end()) {
+    if (!it->is_string()) fail(where + ".shard", detail::json_excerpt(*it), "must be a string i/N");
+    std::tie(p.shard_index, p.shard_count) = parse_shard(it->get<std::string>(), where + ".shard");
   }
-  if (j.contains("merged_from")) {
-    require(j["merged_from"].is_number_integer(), "provenance.merged_from", j["merged_from"].dump(),
-            "must be an integer");
-    p.merged_from = j["merged_from"].get<std::int64_t>();
-  }
-  if (j.contains("shard")) {
-    require(j["shard"].is_string(), "provenance.shard", j["shard"].dump(), "must be a string i/N");
-    std::tie(p.shard_index, p.shard_count) = parse_shard(j["shard"].get<std::string>(), "provenance.shard");
-  }
-  p.config = j.contains("config") ? j["config"] : nlohmann::json::object();
+  if (const auto it = j.find("config"); it != j.end()) p.config = std::move(*it);
   p.validate();
   return p;
 }
@@ -270,8 +292,10 @@ inline std::string to_csv_comment(const provenance& p) {
 }
 
 /// Parses the provenance back from CSV comment lines (with or without the leading "# "):
-/// reads the "provenance_json:" line. Throws kvphase::error if it is absent or malformed.
-inline provenance provenance_from_csv_comments(const std::vector<std::string>& comments) {
+/// reads the "provenance_json:" line (parsed by parse_json_as: depth limit, position of a
+/// syntax error). Throws kvphase::error naming `source` if it is absent or malformed.
+inline provenance provenance_from_csv_comments(const std::vector<std::string>& comments,
+                                               std::string_view source = "csv comments") {
   constexpr std::string_view key = "provenance_json: ";
   for (const auto& line : comments) {
     std::string_view s = line;
@@ -279,12 +303,12 @@ inline provenance provenance_from_csv_comments(const std::vector<std::string>& c
     else if (s.starts_with("#")) s.remove_prefix(1);
     if (s.starts_with(key)) {
       s.remove_prefix(key.size());
-      nlohmann::json j = nlohmann::json::parse(s.begin(), s.end(), nullptr, false);
-      require(!j.is_discarded(), "provenance_json", std::string(s), "must be valid JSON");
-      return provenance_from_json(j);
+      const std::string src(source);
+      return provenance_from_json(parse_json_as<nlohmann::json>(s, src + " provenance_json"), src);
     }
   }
-  fail("csv comments", comments.size(), "contain no '# provenance_json: {...}' line");
+  fail(std::string(source), std::to_string(comments.size()) + " comment lines",
+       "contain no '# provenance_json: {...}' line");
 }
 
 inline std::ostream& operator<<(std::ostream& os, const provenance& p) { return os << to_json(p).dump(); }

@@ -48,20 +48,25 @@
 ///
 /// Shards: a sharded run writes one file per shard with provenance.shard_index / shard_count
 /// ("shard": "i/N", 0-based, parse it with io::parse_shard) and the counts of the trials it
-/// ran (groups it did not run have trials 0). merge_shards() requires every i in 0..N−1 exactly
+/// ran: trials [⌊i·T/N⌋, ⌊(i+1)·T/N⌋) of every group for config "trials" = T (sim/shard.hpp),
+/// which merge_shards() checks when the config records T. merge_shards() requires every i in 0..N−1 exactly
 /// once, the same version, git hash, seed, analysis settings, models, extra columns and config
 /// (config keys "shard", "threads", "out", "format", "progress" are ignored: they may differ
 /// between shards without changing results), sums the counts per (model, phase) and returns
 /// an unsharded result (shard 0/1, merged_from = N) whose statistics are recomputed on write.
+/// The readers bound what a file may declare (read_limits) and name the file in every error;
+/// docs/reliability.md lists each check.
 
 #include <algorithm>
 #include <cstdint>
 #include <istream>
 #include <map>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -342,151 +347,320 @@ inline std::string sweep_text(const sweep_result& r, const std::vector<model_sum
   return os.str();
 }
 
+/// Limits on what a sweep file may declare, checked before anything is allocated or computed
+/// from it (a file under 1 MB cannot make the reader allocate more than a small multiple of its
+/// size, nor make the statistics run for hours). They are the sweep's own limits where it has
+/// one (groups ≤ 4096, trials per group ≤ 2^40, shards ≤ 2^20: sim/sweep.hpp, sim/shard.hpp).
+struct read_limits {
+  static constexpr std::int64_t modulus = 4096;                     ///< analysis.modulus
+  static constexpr std::int64_t models = 1024;                      ///< models per file
+  static constexpr std::int64_t extra_columns = 64;                 ///< extra per-phase columns
+  static constexpr std::int64_t trials = std::int64_t{1} << 40;     ///< trials of one (model, phase)
+  static constexpr std::int64_t permutations = 1'000'000;           ///< analysis.permutations
+  static constexpr std::int64_t bootstrap_replicates = 1'000'000;   ///< analysis.bootstrap_replicates
+  /// models × modulus × (permutations + 2 × bootstrap_replicates): the random draws the
+  /// statistics of one file take (the gap and its baseline contrast each draw per replicate).
+  static constexpr std::int64_t draws = std::int64_t{1} << 30;
+};
+
+namespace detail {
+/// Throws kvphase::error naming `src` unless the analysis settings are within read_limits.
+inline void require_read_limits(const analysis_options& a, const std::string& src) {
+  require(a.modulus <= read_limits::modulus, src + " analysis.modulus", a.modulus, "must be <= 4096 (read limit)");
+  require(a.permutations <= read_limits::permutations, src + " analysis.permutations", a.permutations,
+          "must be <= 10^6 (read limit)");
+  require(a.bootstrap_replicates <= read_limits::bootstrap_replicates, src + " analysis.bootstrap_replicates",
+          a.bootstrap_replicates, "must be <= 10^6 (read limit)");
+}
+/// Throws unless `models` models keep the statistics' draws within read_limits::draws.
+inline void require_read_work(const analysis_options& a, std::size_t models, const std::string& src) {
+  require(static_cast<std::int64_t>(models) <= read_limits::models, src + " models", models,
+          "must number at most 1024 (read limit)");
+  const auto draws = static_cast<__int128_t>(models) * a.modulus * (a.permutations + 2 * a.bootstrap_replicates);
+  if (draws > read_limits::draws)
+    fail(src + " models x modulus x (permutations + 2 x bootstrap_replicates)",
+         std::to_string(models) + " x " + std::to_string(a.modulus) + " x (" + std::to_string(a.permutations) +
+             " + 2 x " + std::to_string(a.bootstrap_replicates) + ")",
+         "must be <= 2^30 (read limit on the statistics' random draws)");
+}
+/// Throws naming the (model, phase) unless 0 ≤ trials ≤ read_limits::trials and 0 ≤ hits ≤ trials.
+inline void require_read_counts(std::int64_t trials, std::int64_t hits, const std::string& where) {
+  if (trials < 0 || trials > read_limits::trials) fail(where + " trials", trials, "must be in [0, 2^40]");
+  if (hits < 0 || hits > trials) fail(where + " hits", hits, "must be in [0, trials = " + std::to_string(trials) + "]");
+}
+/// Throws naming `what` unless `name` is non-empty, well-formed UTF-8 text.
+inline void require_name(std::string_view name, const std::string& what) {
+  if (name.empty()) fail(what, "\"\"", "must be non-empty");
+  if (const auto at = invalid_utf8_at(name); at != std::string_view::npos)
+    fail(what, "\"" + excerpt(name) + "\"", "is not valid UTF-8 (byte " + std::to_string(at) + ")");
+}
+/// Runs `body`; a kvphase::error it throws ("kvphase: <what>") is rethrown as
+/// "kvphase: <where()> <what>", so the name of the place is built only on failure.
+template <class F, class W>
+auto naming_place(W&& where, F&& body) {
+  try {
+    return body();
+  } catch (const kvphase::error& e) {
+    const std::string_view m = e.what();
+    throw kvphase::error("kvphase: " + where() + " " + std::string(m.starts_with("kvphase: ") ? m.substr(9) : m));
+  }
+}
+/// Runs `body`; rethrows what it throws as kvphase::error naming `src` (nlohmann exceptions,
+/// allocation failures, and kvphase errors whose message does not name `src` yet).
+template <class F>
+auto naming_source(const std::string& src, F&& body) {
+  try {
+    return body();
+  } catch (const kvphase::error& e) {
+    const std::string_view m = e.what();
+    if (m.starts_with("kvphase: " + src)) throw;
+    throw kvphase::error("kvphase: " + src + ": " + std::string(m.starts_with("kvphase: ") ? m.substr(9) : m));
+  } catch (const nlohmann::json::exception& e) {
+    fail(src, "(content)", "cannot be read: " + excerpt(e.what(), 160));
+  } catch (const std::bad_alloc&) {
+    fail(src, "(content)", "cannot be read: out of memory");
+  } catch (const std::length_error&) {
+    fail(src, "(content)", "cannot be read: a size exceeds what can be allocated");
+  }
+}
+}  // namespace detail
+
 /// Parses a CSV sweep output back into counts (statistics columns are ignored: they are
-/// recomputed). `source` names the input in error messages.
+/// recomputed). `source` names the input in error messages. Every model needs exactly one row
+/// per phase 0..M−1 (a missing or repeated (model, phase) row throws naming both); counts and
+/// settings are checked against read_limits before any per-phase storage is allocated.
 inline sweep_result parse_sweep_csv(std::string_view text, std::string_view source = "csv") {
   const std::string src(source);
-  const csv_table t = parse_csv(text, source);
-  sweep_result r;
-  r.prov = provenance_from_csv_comments(t.comments);
-  bool have_format = false, have_analysis = false;
-  for (const auto& c : t.comments) {
-    std::string_view s = c;
-    s.remove_prefix(s.starts_with("# ") ? 2 : 1);
-    if (s.starts_with("format: ")) {
-      s.remove_prefix(8);
-      require(s == sweep_format_name, src + " format", std::string(s), std::string("must be ") + sweep_format_name);
-      have_format = true;
-    } else if (s.starts_with("analysis: ")) {
-      s.remove_prefix(10);
-      r.analysis = analysis_from_json(parse_json(s, src + " analysis"));
-      have_analysis = true;
-    } else if (s.starts_with("run_columns: ")) {
-      s.remove_prefix(13);
-      const auto names = parse_json(s, src + " run_columns");
-      require(names.is_array(), src + " run_columns", std::string(s.substr(0, 60)), "must be a JSON array of names");
-      for (const auto& n : names) {
-        require(n.is_string(), src + " run_columns", n.dump(), "names must be strings");
-        r.columns.emplace_back(n.get<std::string>(), std::string());
+  return detail::naming_source(src, [&] {
+    const csv_table t = parse_csv(text, source);
+    sweep_result r;
+    r.prov = provenance_from_csv_comments(t.comments, src);
+    bool have_format = false, have_analysis = false;
+    for (const auto& c : t.comments) {
+      std::string_view s = c;
+      s.remove_prefix(s.starts_with("# ") ? 2 : 1);
+      if (s.starts_with("format: ")) {
+        s.remove_prefix(8);
+        if (s != sweep_format_name)
+          fail(src + " format", detail::excerpt(s), std::string("must be ") + sweep_format_name);
+        have_format = true;
+      } else if (s.starts_with("analysis: ")) {
+        s.remove_prefix(10);
+        require(!have_analysis, src + " '# analysis:' line", "2", "must appear once");
+        r.analysis = analysis_from_json(parse_json(s, src + " analysis"));
+        have_analysis = true;
+      } else if (s.starts_with("run_columns: ")) {
+        s.remove_prefix(13);
+        require(r.columns.empty(), src + " '# run_columns:' line", "2", "must appear once");
+        const auto names = parse_json(s, src + " run_columns");
+        if (!names.is_array()) fail(src + " run_columns", detail::excerpt(s), "must be a JSON array of names");
+        require(static_cast<std::int64_t>(names.size()) <= read_limits::extra_columns, src + " run_columns",
+                names.size(), "must number at most 64 (read limit)");
+        for (const auto& n : names) {
+          if (!n.is_string()) fail(src + " run_columns", detail::json_excerpt(n), "names must be strings");
+          detail::require_name(n.get<std::string>(), src + " run column");
+          r.columns.emplace_back(n.get<std::string>(), std::string());
+        }
       }
     }
-  }
-  require(have_format, src, "(no '# format:' line)", std::string("is not a ") + sweep_format_name + " CSV");
-  require(have_analysis, src, "(no '# analysis:' line)", "must record its analysis settings");
-  const std::size_t cm = t.column("model"), cp = t.column("phase"), ct = t.column("trials"), ch = t.column("hits");
-  static const std::set<std::string> standard{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
-  std::set<std::string> run_names;
-  for (const auto& c : r.columns) run_names.insert(c.first);
-  std::vector<std::size_t> extra_cols, run_cols;
-  for (const auto& c : r.columns) run_cols.push_back(t.column(c.first));
-  for (std::size_t i = 0; i < t.header.size(); ++i)
-    if (!standard.contains(t.header[i]) && !run_names.contains(t.header[i])) extra_cols.push_back(i);
-  const auto M = static_cast<std::size_t>(r.analysis.modulus);
-  std::map<std::string, std::size_t> index;
-  std::vector<std::vector<bool>> seen;
-  for (std::size_t row = 0; row < t.rows.size(); ++row) {
-    const auto& f = t.rows[row];
-    const std::string where = src + " row " + std::to_string(row + 1);
-    auto it = index.find(f[cm]);
-    if (it == index.end()) {
-      it = index.emplace(f[cm], r.models.size()).first;
+    if (!have_format) fail(src, "(no '# format:' line)", std::string("is not a ") + sweep_format_name + " CSV");
+    if (!have_analysis) fail(src, "(no '# analysis:' line)", "must record its analysis settings");
+    detail::require_read_limits(r.analysis, src);
+    const std::size_t cm = t.column("model"), cp = t.column("phase"), ct = t.column("trials"), ch = t.column("hits");
+    static const std::set<std::string> standard{"model", "phase", "trials", "hits", "recall", "ci_low", "ci_high"};
+    std::set<std::string> run_names;
+    std::vector<std::size_t> extra_cols, run_cols;
+    for (const auto& c : r.columns) {
+      run_names.insert(c.first);
+      run_cols.push_back(t.column(c.first));
+    }
+    for (std::size_t i = 0; i < t.header.size(); ++i)
+      if (!standard.contains(t.header[i]) && !run_names.contains(t.header[i])) {
+        detail::require_name(t.header[i], src + " header column " + std::to_string(i + 1));
+        extra_cols.push_back(i);
+      }
+    require(static_cast<std::int64_t>(extra_cols.size()) <= read_limits::extra_columns, src + " extra columns",
+            extra_cols.size(), "must number at most 64 (read limit)");
+    const auto M = static_cast<std::size_t>(r.analysis.modulus);
+    // Pass 1: the models (in order of first appearance) and which (model, phase) rows exist,
+    // before any per-phase storage: the file must hold models × M rows, each once.
+    std::map<std::string_view, std::size_t> index;
+    std::vector<std::string_view> names;
+    std::vector<std::size_t> model_of(t.rows.size()), phase_of(t.rows.size());
+    for (std::size_t row = 0; row < t.rows.size(); ++row) {
+      const auto& f = t.rows[row];
+      auto it = index.find(f[cm]);
+      if (it == index.end()) {
+        detail::require_name(f[cm], src + " row " + std::to_string(row + 1) + " model");
+        it = index.emplace(f[cm], names.size()).first;
+        names.push_back(f[cm]);
+        detail::require_read_work(r.analysis, names.size(), src);
+      }
+      const std::int64_t g =
+          detail::naming_place([&] { return src + " row " + std::to_string(row + 1); }, [&] { return parse_int(f[cp], "phase"); });
+      if (g < 0 || g >= r.analysis.modulus)
+        fail(src + " row " + std::to_string(row + 1) + " phase", g,
+             "must lie in [0, analysis.modulus = " + std::to_string(r.analysis.modulus) + ")");
+      model_of[row] = it->second;
+      phase_of[row] = static_cast<std::size_t>(g);
+    }
+    std::vector<std::size_t> row_of(names.size() * M, 0);  // 1-based row of each (model, phase); 0 = none
+    for (std::size_t row = 0; row < t.rows.size(); ++row) {
+      auto& slot = row_of[model_of[row] * M + phase_of[row]];
+      if (slot)
+        fail(src + " row " + std::to_string(row + 1) + " phase", phase_of[row],
+             "appears twice for model " + detail::excerpt(names[model_of[row]]) + " (rows " + std::to_string(slot) +
+                 " and " + std::to_string(row + 1) + ")");
+      slot = row + 1;
+    }
+    for (std::size_t m = 0; m < names.size(); ++m)
+      for (std::size_t g = 0; g < M; ++g)
+        if (!row_of[m * M + g])
+          fail(src + " model " + detail::excerpt(names[m]) + " phase " + std::to_string(g), "(no row)",
+               "is missing: every model needs one row for each phase 0.." + std::to_string(M - 1) +
+                   " (analysis.modulus = " + std::to_string(M) + ")");
+    // Pass 2: the counts (rows == models × M now, so the storage is proportional to the file).
+    std::vector<std::string> extra_names;
+    for (auto e : extra_cols) extra_names.push_back(detail::excerpt(t.header[e]));
+    for (const auto& n : names) {
       phase_counts pc;
-      pc.model = f[cm];
+      pc.model = std::string(n);
       pc.trials.assign(M, 0);
       pc.hits.assign(M, 0);
       for (auto e : extra_cols) pc.extra.push_back({t.header[e], std::vector<double>(M, 0.0)});
       r.models.push_back(std::move(pc));
-      seen.emplace_back(M, false);
     }
-    auto& pc = r.models[it->second];
-    const std::int64_t g = parse_int(f[cp], where + " phase");
-    require(g >= 0 && g < r.analysis.modulus, where + " phase", g,
-            "must lie in [0, analysis.modulus = " + std::to_string(r.analysis.modulus) + ")");
-    require(!seen[it->second][static_cast<std::size_t>(g)], where + " phase", g,
-            "appears twice for model " + pc.model);
-    seen[it->second][static_cast<std::size_t>(g)] = true;
-    pc.trials[static_cast<std::size_t>(g)] = parse_int(f[ct], where + " trials");
-    pc.hits[static_cast<std::size_t>(g)] = parse_int(f[ch], where + " hits");
-    for (std::size_t e = 0; e < extra_cols.size(); ++e)
-      pc.extra[e].values[static_cast<std::size_t>(g)] = parse_double(f[extra_cols[e]], where + " " + t.header[extra_cols[e]]);
-    for (std::size_t e = 0; e < run_cols.size(); ++e) {
-      if (row == 0) r.columns[e].second = f[run_cols[e]];
-      require(f[run_cols[e]] == r.columns[e].second, where + " " + r.columns[e].first, f[run_cols[e]],
-              "run columns must be the same on every row (row 1: " + r.columns[e].second + ")");
+    for (std::size_t row = 0; row < t.rows.size(); ++row) {
+      const auto& f = t.rows[row];
+      auto& pc = r.models[model_of[row]];
+      const std::size_t g = phase_of[row];
+      auto where = [&] { return src + " row " + std::to_string(row + 1) + " (model " + detail::excerpt(pc.model) +
+                                " phase " + std::to_string(g) + ")"; };
+      detail::naming_place(where, [&] {
+        pc.trials[g] = parse_int(f[ct], "trials");
+        pc.hits[g] = parse_int(f[ch], "hits");
+        for (std::size_t e = 0; e < extra_cols.size(); ++e)
+          pc.extra[e].values[g] = parse_double(f[extra_cols[e]], extra_names[e]);
+        return 0;
+      });
+      if (pc.trials[g] < 0 || pc.trials[g] > read_limits::trials || pc.hits[g] < 0 || pc.hits[g] > pc.trials[g])
+        detail::require_read_counts(pc.trials[g], pc.hits[g], where());
+      for (std::size_t e = 0; e < run_cols.size(); ++e) {
+        const std::string& v = f[run_cols[e]];
+        if (row == 0) r.columns[e].second = v;
+        else if (v != r.columns[e].second)
+          fail(where() + " " + detail::excerpt(r.columns[e].first), detail::excerpt(v),
+               "run columns must be the same on every row (row 1: " + detail::excerpt(r.columns[e].second) + ")");
+      }
     }
-  }
-  r.validate();
-  return r;
+    r.validate();
+    return r;
+  });
 }
 
 /// Parses a JSON sweep output back into counts (statistics are ignored: they are recomputed).
+/// Checks as parse_sweep_csv (read_limits before allocating, every phase of every model once).
 inline sweep_result parse_sweep_json(std::string_view text, std::string_view source = "json") {
   const std::string src(source);
-  const ordered_json j = parse_json(text, source);
-  const auto& fmt = require_member(j, "format", src);
-  require(fmt.is_string() && fmt.get<std::string>() == sweep_format_name, src + ".format", fmt.dump(),
-          std::string("must be \"") + sweep_format_name + "\"");
-  sweep_result r;
-  r.prov = provenance_from_json(nlohmann::json::parse(require_member(j, "provenance", src).dump()));
-  r.analysis = analysis_from_json(require_member(j, "analysis", src));
-  if (j.contains("columns")) {
-    const auto& cols = j["columns"];
-    require(cols.is_object(), src + ".columns", cols.dump().substr(0, 60), "must be an object of strings");
-    for (auto it = cols.begin(); it != cols.end(); ++it) {
-      require(it.value().is_string(), src + ".columns." + it.key(), it.value().dump(), "must be a string");
-      r.columns.emplace_back(it.key(), it.value().get<std::string>());
+  return detail::naming_source(src, [&] {
+    // Two passes over the text, each building only what it needs: the settings as a plain
+    // object, the models with their keys in file order (the order of the extra columns).
+    // (One ordered document would copy a large provenance each time its object grows.)
+    auto head = parse_json_as<nlohmann::json>(text, source, {"models"});
+    const auto& fmt = require_member(head, "format", src);
+    if (!(fmt.is_string() && fmt.get_ref<const std::string&>() == sweep_format_name))
+      fail(src + ".format", detail::json_excerpt(fmt), std::string("must be \"") + sweep_format_name + "\"");
+    sweep_result r;
+    r.analysis = analysis_from_json(require_member(head, "analysis", src));
+    const auto prov = head.find("provenance");
+    if (prov == head.end()) fail(src + ".provenance", "(absent)", "is required");
+    r.prov = provenance_from_json(std::move(*prov), src);  // moves a large config instead of copying it
+    detail::require_read_limits(r.analysis, src);
+    if (const auto cols = head.find("columns"); cols != head.end()) {
+      if (!cols->is_object()) fail(src + ".columns", detail::json_excerpt(*cols), "must be an object of strings");
+      require(static_cast<std::int64_t>(cols->size()) <= read_limits::extra_columns, src + ".columns", cols->size(),
+              "must number at most 64 (read limit)");
     }
-  }
-  const auto& models = require_member(j, "models", src);
-  require(models.is_array(), src + ".models", models.dump().substr(0, 60), "must be an array");
-  static const std::set<std::string> standard{"phase", "trials", "hits", "recall", "ci_low", "ci_high"};
-  const auto M = static_cast<std::size_t>(r.analysis.modulus);
-  for (const auto& mo : models) {
-    phase_counts pc;
-    const auto& name = require_member(mo, "model", src + ".models[]");
-    require(name.is_string(), src + ".models[].model", name.dump(), "must be a string");
-    pc.model = name.get<std::string>();
-    const std::string where = src + " model " + pc.model;
-    const auto& phases = require_member(mo, "phases", where);
-    require(phases.is_array() && phases.size() == M, where + " phases.size()", phases.size(),
-            "must equal analysis.modulus = " + std::to_string(M));
-    pc.trials.assign(M, 0);
-    pc.hits.assign(M, 0);
-    for (std::size_t g = 0; g < M; ++g) {
-      const auto& p = phases[g];
-      const std::string pw = where + " phases[" + std::to_string(g) + "]";
-      auto get_int = [&](const char* key) {
-        const auto& v = require_member(p, key, pw);
-        require(v.is_number_integer(), pw + "." + key, v.dump(), "must be an integer");
-        return v.template get<std::int64_t>();
-      };
-      require(get_int("phase") == static_cast<std::int64_t>(g), pw + ".phase", get_int("phase"),
-              "must equal its index " + std::to_string(g));
-      pc.trials[g] = get_int("trials");
-      pc.hits[g] = get_int("hits");
-      std::size_t e = 0;
-      for (auto it = p.begin(); it != p.end(); ++it) {
-        if (standard.contains(it.key())) continue;
-        require(it.value().is_number(), pw + "." + it.key(), it.value().dump(), "extra columns must be numbers");
-        if (g == 0) pc.extra.push_back({it.key(), std::vector<double>(M, 0.0)});
-        require(e < pc.extra.size() && pc.extra[e].name == it.key(), pw + "." + it.key(), it.value().dump(),
-                "extra columns must be the same in every phase");
-        pc.extra[e].values[g] = it.value().get<double>();
-        ++e;
+    const auto body = parse_json_as<ordered_json>(text, source, {"format", "provenance", "analysis"});
+    if (const auto cols = body.find("columns"); cols != body.end())  // in file order
+      for (auto it = cols->begin(); it != cols->end(); ++it) {
+        if (!it.value().is_string())
+          fail(src + ".columns." + detail::excerpt(it.key()), detail::json_excerpt(it.value()), "must be a string");
+        detail::require_name(it.key(), src + ".columns");
+        r.columns.emplace_back(it.key(), it.value().get<std::string>());
       }
-      require(e == pc.extra.size(), pw + " extra columns", e,
-              "must number " + std::to_string(pc.extra.size()) + " as in phase 0");
+    const auto& models = require_member(body, "models", src);
+    if (!models.is_array()) fail(src + ".models", detail::json_excerpt(models), "must be an array");
+    detail::require_read_work(r.analysis, models.size(), src);
+    static const std::set<std::string> standard{"phase", "trials", "hits", "recall", "ci_low", "ci_high"};
+    const auto M = static_cast<std::size_t>(r.analysis.modulus);
+    std::set<std::string> seen;
+    for (std::size_t mi = 0; mi < models.size(); ++mi) {
+      const auto& mo = models[mi];
+      const std::string at = src + ".models[" + std::to_string(mi) + "]";
+      phase_counts pc;
+      const auto& name = require_member(mo, "model", at);
+      if (!name.is_string()) fail(at + ".model", detail::json_excerpt(name), "must be a string");
+      pc.model = name.get<std::string>();
+      detail::require_name(pc.model, at + ".model");
+      const std::string where = src + " model " + detail::excerpt(pc.model);
+      if (!seen.insert(pc.model).second) fail(where, "(twice)", "each model may appear once");
+      const auto& phases = require_member(mo, "phases", where);
+      if (!phases.is_array() || phases.size() != M)
+        fail(where + " phases", detail::json_excerpt(phases),
+             "must be an array of analysis.modulus = " + std::to_string(M) + " phases");
+      pc.trials.assign(M, 0);
+      pc.hits.assign(M, 0);
+      for (std::size_t g = 0; g < M; ++g) {
+        const auto& p = phases[g];
+        auto pw = [&] { return where + " phase " + std::to_string(g); };
+        if (!p.is_object()) fail(pw(), detail::json_excerpt(p), "must be a JSON object");
+        auto get_int = [&](const char* key) {
+          const auto it = p.find(key);
+          if (it == p.end()) fail(pw() + " " + key, "(absent)", "is required");
+          if (!it->is_number_integer() || (it->is_number_unsigned() && it->template get<std::uint64_t>() > (1ULL << 62)))
+            fail(pw() + " " + key, detail::json_excerpt(*it), "must be an integer");
+          return it->template get<std::int64_t>();
+        };
+        if (const auto ph = get_int("phase"); ph != static_cast<std::int64_t>(g))
+          fail(pw() + " phase", ph, "must equal its index " + std::to_string(g) + " in phases");
+        pc.trials[g] = get_int("trials");
+        pc.hits[g] = get_int("hits");
+        if (pc.trials[g] < 0 || pc.trials[g] > read_limits::trials || pc.hits[g] < 0 || pc.hits[g] > pc.trials[g])
+          detail::require_read_counts(pc.trials[g], pc.hits[g], pw());
+        std::size_t e = 0;
+        for (auto it = p.begin(); it != p.end(); ++it) {
+          if (standard.contains(it.key())) continue;
+          if (!it.value().is_number())
+            fail(pw() + " " + detail::excerpt(it.key()), detail::json_excerpt(it.value()),
+                 "extra columns must be numbers");
+          if (g == 0) {
+            require(static_cast<std::int64_t>(pc.extra.size()) < read_limits::extra_columns, where + " extra columns",
+                    pc.extra.size() + 1, "must number at most 64 (read limit)");
+            pc.extra.push_back({it.key(), std::vector<double>(M, 0.0)});
+          }
+          if (!(e < pc.extra.size() && pc.extra[e].name == it.key()))
+            fail(pw() + " " + detail::excerpt(it.key()), detail::json_excerpt(it.value()),
+                 "extra columns must be the same, in the same order, in every phase");
+          pc.extra[e].values[g] = it.value().template get<double>();
+          ++e;
+        }
+        if (e != pc.extra.size())
+          fail(pw() + " extra columns", e, "must number " + std::to_string(pc.extra.size()) + " as in phase 0");
+      }
+      r.models.push_back(std::move(pc));
     }
-    r.models.push_back(std::move(pc));
-  }
-  r.validate();
-  return r;
+    r.validate();
+    return r;
+  });
 }
 
-/// Parses either form: JSON when the first non-space character is '{', CSV otherwise.
+/// Parses either form: JSON when the first non-space character (after a UTF-8 byte order
+/// mark, if any) is '{', CSV otherwise.
 inline sweep_result parse_sweep(std::string_view text, std::string_view source = "input") {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && text[first] == '{') return parse_sweep_json(text, source);
+  const std::string_view body = detail::strip_bom(text);
+  const auto first = body.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && body[first] == '{') return parse_sweep_json(text, source);
   return parse_sweep_csv(text, source);
 }
 
@@ -498,24 +672,59 @@ struct merge_options {
 };
 
 /// Config keys that may differ between shards of one run (ignored when comparing configs).
+inline constexpr std::string_view config_ignored_keys[] = {"shard", "threads", "out", "format", "progress"};
+
+/// The config without config_ignored_keys.
 inline nlohmann::json config_for_comparison(const nlohmann::json& config) {
   nlohmann::json c = config;
   if (c.is_object())
-    for (const char* k : {"shard", "threads", "out", "format", "progress"}) c.erase(k);
+    for (const auto k : config_ignored_keys) c.erase(std::string(k));
   return c;
 }
 
+/// config_for_comparison(a) == config_for_comparison(b), without copying either.
+inline bool configs_match(const nlohmann::json& a, const nlohmann::json& b) {
+  if (!a.is_object() || !b.is_object()) return a == b;
+  const auto ignored = [](const std::string& k) {
+    for (const auto i : config_ignored_keys)
+      if (k == i) return true;
+    return false;
+  };
+  auto ia = a.begin(), ib = b.begin();  // both in key order (std::map)
+  while (true) {
+    while (ia != a.end() && ignored(ia.key())) ++ia;
+    while (ib != b.end() && ignored(ib.key())) ++ib;
+    if (ia == a.end() || ib == b.end()) return ia == a.end() && ib == b.end();
+    if (ia.key() != ib.key() || *ia != *ib) return false;
+    ++ia;
+    ++ib;
+  }
+}
+
+namespace detail {
+/// Up to `limit` items of `items` joined by ", ", with "... (n in all)" when there are more.
+inline std::string short_list(const std::vector<std::string>& items, std::size_t limit = 8) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < limit; ++i) s += (i ? ", " : "") + excerpt(items[i]);
+  if (items.size() > limit) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  return s;
+}
+}  // namespace detail
+
 /// Joins the shards of one run (see the file comment). `sources` (optional, same length) names
-/// the inputs in error messages. Throws kvphase::error on missing or duplicate shards and on
-/// any mismatch.
+/// the inputs in error messages. Throws kvphase::error on missing or duplicate shards, on any
+/// mismatch and, when the config records "trials" (T per group, as kvphase-sweep writes it),
+/// unless shard i of N holds exactly ⌊(i+1)·T/N⌋ − ⌊i·T/N⌋ trials in every (model, phase)
+/// (sim/shard.hpp), so the merged run has T trials in every (model, phase): nothing lost,
+/// nothing counted twice. Every error names the input and, for counts, the model and phase.
 inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const std::vector<std::string>& sources = {},
                                  const merge_options& options = {}) {
   require(!shards.empty(), "shards", shards.size(), "must be at least one input");
-  require(sources.empty() || sources.size() == shards.size(), "sources.size()", sources.size(),
-          "must be 0 or the number of shards " + std::to_string(shards.size()));
+  if (!sources.empty() && sources.size() != shards.size())
+    fail("sources.size()", sources.size(), "must be 0 or the number of shards " + std::to_string(shards.size()));
   auto name = [&](std::size_t i) { return sources.empty() ? "input " + std::to_string(i + 1) : sources[i]; };
-  for (std::size_t i = 0; i < shards.size(); ++i) shards[i].validate();
-  const std::int64_t N = shards.front().prov.shard_count;
+  for (std::size_t i = 0; i < shards.size(); ++i) detail::naming_source(name(i), [&] { shards[i].validate(); return 0; });
+  const std::int64_t N = shards.front().prov.shard_count;  // ≤ max_shard_count (validated)
   std::vector<std::int64_t> owner(static_cast<std::size_t>(N), -1);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& p = shards[i].prov;
@@ -527,41 +736,63 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
       fail("shard " + p.shard_text(), name(i), "is a duplicate: " + name(static_cast<std::size_t>(o)) + " is the same shard");
     o = static_cast<std::int64_t>(i);
   }
-  std::string missing;
-  for (std::int64_t s = 0; s < N; ++s)
-    if (owner[static_cast<std::size_t>(s)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(s) + "/" + std::to_string(N);
-  if (!missing.empty()) fail("shards", missing, "are missing (have " + std::to_string(shards.size()) + " of " + std::to_string(N) + ")");
+  std::vector<std::string> missing;
+  for (std::int64_t s = 0; s < N && missing.size() <= 8; ++s)
+    if (owner[static_cast<std::size_t>(s)] < 0) missing.push_back(std::to_string(s) + "/" + std::to_string(N));
+  if (!missing.empty())
+    fail("shards", detail::short_list(missing),
+         "are missing (have " + std::to_string(shards.size()) + " of " + std::to_string(N) + ")");
 
   const auto& first = shards[static_cast<std::size_t>(owner[0])];
   const std::string first_name = name(static_cast<std::size_t>(owner[0]));
-  const auto base_config = config_for_comparison(first.prov.config);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& s = shards[i];
     if (!options.allow_mixed_builds) {
-      require(s.prov.version == first.prov.version, "version of " + name(i), s.prov.version,
-              "differs from " + first_name + " (" + first.prov.version + ")");
-      require(s.prov.git_hash == first.prov.git_hash, "git hash of " + name(i), s.prov.git_hash,
-              "differs from " + first_name + " (" + first.prov.git_hash + ")");
+      if (s.prov.version != first.prov.version)
+        fail("version of " + name(i), detail::excerpt(s.prov.version),
+             "differs from " + first_name + " (" + detail::excerpt(first.prov.version) + ")");
+      if (s.prov.git_hash != first.prov.git_hash)
+        fail("git hash of " + name(i), detail::excerpt(s.prov.git_hash),
+             "differs from " + first_name + " (" + detail::excerpt(first.prov.git_hash) + ")");
     }
-    require(s.prov.seed == first.prov.seed, "seed of " + name(i), s.prov.seed,
-            "differs from " + first_name + " (" + std::to_string(first.prov.seed) + ")");
-    const auto cfg = config_for_comparison(s.prov.config);
-    if (cfg != base_config) {
-      std::string diff;
-      for (const auto& d : nlohmann::json::diff(base_config, cfg)) {
-        if (!diff.empty()) diff += "; ";
-        diff += d.value("op", "") + " " + d.value("path", "");
-      }
-      fail("config of " + name(i), diff, "differs from " + first_name + " (configs must match)");
+    if (s.prov.seed != first.prov.seed)
+      fail("seed of " + name(i), s.prov.seed, "differs from " + first_name + " (" + std::to_string(first.prov.seed) + ")");
+    if (!configs_match(s.prov.config, first.prov.config)) {
+      std::vector<std::string> diff;
+      for (const auto& d : nlohmann::json::diff(config_for_comparison(first.prov.config), config_for_comparison(s.prov.config)))
+        diff.push_back(d.value("op", "") + " " + d.value("path", ""));
+      fail("config of " + name(i), detail::short_list(diff, 4), "differs from " + first_name + " (configs must match)");
     }
-    require(s.columns == first.columns, "run columns of " + name(i), s.columns.size(),
-            "differ from " + first_name + " (the run configuration must match)");
-    require(s.analysis == first.analysis, "analysis of " + name(i), to_json(s.analysis).dump(),
-            "differs from " + first_name + " (" + to_json(first.analysis).dump() + ")");
+    if (s.columns != first.columns)
+      fail("run columns of " + name(i), s.columns.size(), "differ from " + first_name + " (the run configuration must match)");
+    if (!(s.analysis == first.analysis))
+      fail("analysis of " + name(i), detail::excerpt(to_json(s.analysis).dump(), 400),
+           "differs from " + first_name + " (" + detail::excerpt(to_json(first.analysis).dump(), 400) + ")");
     std::vector<std::string> a, b;
     for (const auto& m : s.models) a.push_back(m.model);
     for (const auto& m : first.models) b.push_back(m.model);
-    if (a != b) fail("models of " + name(i), s.models.size(), "differ from " + first_name + " (same models, same order)");
+    if (a != b)
+      fail("models of " + name(i), detail::short_list(a),
+           "differ from " + first_name + " (" + detail::short_list(b) + "; same models, same order)");
+  }
+  // Trials per (model, phase) against the configuration and each shard's range.
+  if (const auto& cfg = first.prov.config; cfg.is_object() && cfg.contains("trials")) {
+    const auto it = cfg.find("trials");
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 || it->get<std::int64_t>() > read_limits::trials)
+      fail("config.trials of " + first_name, detail::json_excerpt(*it), "must be an integer in [1, 2^40]");
+    const std::int64_t T = it->get<std::int64_t>();
+    const auto at = [&](std::int64_t i) { return static_cast<std::int64_t>(static_cast<__int128_t>(i) * T / N); };
+    for (std::int64_t s = 0; s < N; ++s) {
+      const std::size_t i = static_cast<std::size_t>(owner[static_cast<std::size_t>(s)]);
+      const std::int64_t lo = at(s), hi = at(s + 1);
+      for (const auto& m : shards[i].models)
+        for (std::size_t g = 0; g < m.trials.size(); ++g)
+          if (m.trials[g] != hi - lo)
+            fail(name(i) + " model " + detail::excerpt(m.model) + " phase " + std::to_string(g) + " trials", m.trials[g],
+                 "must be " + std::to_string(hi - lo) + ": shard " + shards[i].prov.shard_text() + " runs trials [" +
+                     std::to_string(lo) + ", " + std::to_string(hi) + ") of config trials = " + std::to_string(T) +
+                     " per phase");
+    }
   }
   sweep_result out;
   out.prov = first.prov;
@@ -581,9 +812,18 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
     for (std::size_t m = 0; m < out.models.size(); ++m) {
       const auto& src = shards[i].models[m];
       auto& dst = out.models[m];
-      if (src.extra != dst.extra)
-        fail("extra columns of " + name(i) + " model " + src.model, src.extra.size(),
+      if (src.extra != dst.extra) {
+        std::string what = "extra columns of " + name(i) + " model " + detail::excerpt(src.model);
+        if (src.extra.size() == dst.extra.size())
+          for (std::size_t e = 0, found = 0; e < src.extra.size() && !found; ++e)
+            for (std::size_t g = 0; g < src.extra[e].values.size() && !found; ++g)
+              if (!(src.extra[e].values[g] == dst.extra[e].values[g])) {
+                what += " (" + detail::excerpt(src.extra[e].name) + " phase " + std::to_string(g) + ")";
+                found = 1;
+              }
+        fail(what, src.extra.size(),
              "differ from " + first_name + " (per-phase extra values must be identical in every shard)");
+      }
       for (std::size_t g = 0; g < dst.trials.size(); ++g) {
         dst.trials[g] += src.trials[g];
         dst.hits[g] += src.hits[g];
