@@ -3,6 +3,7 @@
 // read back to the same counts (when its analysis settings are cheap enough per input), and
 // merging it alone, as shard 0/1, must give its counts.
 #include <kvphase/io/sweep_format.hpp>
+#include <kvphase/stats/summary.hpp>
 
 #include "fuzz_common.hpp"
 
@@ -11,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   kvphase::fuzz::expect_result_or_error([&] {
     const auto r = io::parse_sweep_json(kvphase::fuzz::as_text(data, size), "fuzz.json");
     if (r.analysis.permutations + r.analysis.bootstrap_replicates <= 200 && r.analysis.modulus <= 64) {
-      const auto back = io::parse_sweep_json(io::sweep_text(r, "json"), "back.json");
+      const auto back = io::parse_sweep_json(io::sweep_text(r, kvphase::stats::summarize(r.models, r.analysis), "json"), "back.json");
       kvphase::fuzz::check(back.models == r.models, "json round trip keeps the models");
     }
     if (r.prov.shard_count == 1) {
