@@ -68,3 +68,11 @@ TEST_CASE("shard text parses and rejects bad forms", "[io][provenance]") {
   CHECK_THROWS_WITH(io::provenance_from_csv_comments({"# nothing"}), Catch::Contains("provenance_json"));
   CHECK_THROWS_WITH(io::provenance_from_json(nlohmann::json{{"shard", "9/3"}}), Catch::Contains("provenance.shard"));
 }
+
+TEST_CASE("provenance: a command line with bytes that are not UTF-8 is recorded as valid JSON", "[io][provenance]") {
+  const char* argv[] = {"kvphase-sweep", "--out", "\xff\xfe.csv", "it's"};
+  const std::string line = kvphase::io::join_command_line(4, argv);
+  CHECK(line == "kvphase-sweep --out ??.csv 'it'\\''s'");
+  auto p = kvphase::io::make_provenance(nlohmann::json::object(), 1, 1, 4, argv);
+  CHECK_NOTHROW(kvphase::io::to_json(p).dump());
+}

@@ -95,7 +95,10 @@ inline std::string join_command_line(int argc, const char* const* argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) {
     if (i) out += ' ';
-    const std::string_view a = argv[i] ? argv[i] : "";
+    std::string arg(argv[i] ? argv[i] : "");
+    // bytes that are not UTF-8 (a path may hold any) are recorded as '?': outputs stay valid JSON
+    for (std::size_t k = detail::invalid_utf8_at(arg); k != std::string::npos; k = detail::invalid_utf8_at(arg)) arg[k] = '?';
+    const std::string_view a = arg;
     if (a.empty() || a.find_first_of(" \t\"'") != std::string_view::npos) {
       out += '\'';
       for (char c : a) {

@@ -91,10 +91,14 @@ struct output_options {
 /// (e.g. padding_length) and, with options.theory, the theory column.
 [[nodiscard]] inline io::sweep_result to_output(const sweep_result& r, const output_options& options = {}) {
   const sweep_config& c = r.config;
-  nlohmann::json config = nlohmann::json::parse(io::fields_to_json(c).dump());
+  // (strings that are not UTF-8, e.g. a name set through the API, become U+FFFD: valid JSON)
+  nlohmann::json config =
+      nlohmann::json::parse(io::fields_to_json(c).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   config["engine_used"] = to_string(c.resolved_engine());
-  if (options.extra_config.is_object())
-    for (auto it = options.extra_config.begin(); it != options.extra_config.end(); ++it) config[it.key()] = it.value();
+  if (options.extra_config.is_object()) {
+    const auto extra = nlohmann::json::parse(options.extra_config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    for (auto it = extra.begin(); it != extra.end(); ++it) config[it.key()] = it.value();
+  }
   io::sweep_result out;
   out.prov = io::make_provenance(std::move(config), c.seed, parallel::thread_count(c.threads), options.argc, options.argv);
   out.prov.shard_index = c.shard.index;
