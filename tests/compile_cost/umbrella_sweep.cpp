@@ -14,7 +14,7 @@ int main() {
   using namespace kvphase;
   sim::sweep_config c;
   c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean};
-  c.needle = {.context = 256, .dim = 16};
+  c.task = tasks::needle_config{.context = 256, .dim = 16};
   c.trials = 50;
   const auto r = sim::run_sweep(c);
   for (index_t g = 0; g < c.groups(); ++g)
