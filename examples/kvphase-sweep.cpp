@@ -141,30 +141,25 @@ sim::sweep_config make_config(const cli_options& o) {
   auto set = [](auto& field, const auto& flag) {
     if (flag) field = *flag;
   };
+  // needle and kv-pairs share their flags; kv-pairs adds pairs and codes
+  auto phase_task = [&](auto& t, index_t default_modulus) {
+    t.dim = o.dim;
+    set(t.context, o.context);
+    set(t.key_span, o.key_span);
+    set(t.value_span, o.value_span);
+    t.value_key_weight = o.value_key_weight;
+    t.query_noise = o.query_noise;
+    set(t.logit_scale, o.logit_scale);
+    set(t.depth_lo, o.depth_lo);
+    set(t.depth_hi, o.depth_hi);
+    c.modulus = o.modulus ? *o.modulus : default_modulus;
+  };
   if (auto* t = c.task.get_if<kvphase::tasks::needle_config>()) {
-    t->dim = o.dim;
-    set(t->context, o.context);
-    set(t->key_span, o.key_span);
-    set(t->value_span, o.value_span);
-    t->value_key_weight = o.value_key_weight;
-    t->query_noise = o.query_noise;
-    set(t->logit_scale, o.logit_scale);
-    set(t->depth_lo, o.depth_lo);
-    set(t->depth_hi, o.depth_hi);
-    c.modulus = o.modulus ? *o.modulus : std::max<index_t>(S, 2);
+    phase_task(*t, std::max<index_t>(S, 2));
   } else if (auto* t = c.task.get_if<kvphase::tasks::kv_pairs_config>()) {
-    t->dim = o.dim;
-    set(t->context, o.context);
+    phase_task(*t, 8);
     t->pairs = o.pairs;
     t->codes = o.codes;
-    set(t->key_span, o.key_span);
-    set(t->value_span, o.value_span);
-    t->value_key_weight = o.value_key_weight;
-    t->query_noise = o.query_noise;
-    set(t->logit_scale, o.logit_scale);
-    set(t->depth_lo, o.depth_lo);
-    set(t->depth_hi, o.depth_hi);
-    c.modulus = o.modulus ? *o.modulus : 8;
   } else if (auto* t = c.task.get_if<kvphase::tasks::padding_config>()) {
     t->dim = o.dim;
     set(t->code_length, o.context);

@@ -89,33 +89,18 @@ void append_value(std::string& out, const T& v) {
   }
 }
 
-struct canonical_visitor {
+/// Fields as `name=value;` text (nested structs as `name.{...}`): the keyed ones (keyed_only, the
+/// stream key) or all of them (what equal() compares).
+struct text_visitor {
   std::string& out;
+  bool keyed_only = true;
   template <class T>
   void operator()(const char* name, const T& v, unsigned f = none) const {
-    if (f & not_keyed) return;
+    if (keyed_only && (f & not_keyed)) return;
     out += name;
     if constexpr (visitable<T>) {
       out += ".{";
-      const_cast<T&>(v).visit_fields(canonical_visitor{out});
-      out += '}';
-    } else {
-      out += '=';
-      append_value(out, v);
-    }
-    out += ';';
-  }
-};
-
-/// Every field (keyed or not) as text: what equal() compares.
-struct all_visitor {
-  std::string& out;
-  template <class U>
-  void operator()(const char* name, const U& v, unsigned = none) const {
-    out += name;
-    if constexpr (visitable<U>) {
-      out += ".{";
-      const_cast<U&>(v).visit_fields(all_visitor{out});
+      const_cast<T&>(v).visit_fields(text_visitor{out, keyed_only});
       out += '}';
     } else {
       out += '=';
@@ -160,7 +145,7 @@ template <visitable T>
 [[nodiscard]] std::string canonical(const T& cfg, std::string_view schema = {}) {
   std::string out(schema);
   if (!out.empty()) out += '|';
-  const_cast<T&>(cfg).visit_fields(detail::canonical_visitor{out});
+  const_cast<T&>(cfg).visit_fields(detail::text_visitor{out, true});
   return out;
 }
 
@@ -176,8 +161,8 @@ std::ostream& print(std::ostream& os, const T& cfg, std::string_view name) {
 template <visitable T>
 [[nodiscard]] bool equal(const T& a, const T& b) {
   std::string sa, sb;
-  const_cast<T&>(a).visit_fields(detail::all_visitor{sa});
-  const_cast<T&>(b).visit_fields(detail::all_visitor{sb});
+  const_cast<T&>(a).visit_fields(detail::text_visitor{sa, false});
+  const_cast<T&>(b).visit_fields(detail::text_visitor{sb, false});
   return sa == sb;
 }
 
