@@ -3,23 +3,29 @@
 # and runs each on its checked-in seed corpus (tests/fuzz/corpus/<target>/); fails on any finding
 # (crash, sanitizer report, leak, uncaught non-kvphase exception, violated round trip, a hang over
 # 10 s, an allocation over 1 GB).
-#   scripts/fuzz.sh [seconds]        each target for `seconds` (default 30), -max_total_time
+#   scripts/fuzz.sh [seconds]        each target for `seconds` (-max_total_time); without it,
+#                                    a total budget of KVPHASE_FUZZ_BUDGET seconds (default 180)
+#                                    shared by the targets, at least 10 s each
 #   KVPHASE_FUZZ_RUNS=N scripts/fuzz.sh   each target for N executions instead (the long run)
-#   KVPHASE_FUZZ_TARGETS="sweep_csv cli"  only these targets
+#   KVPHASE_FUZZ_TARGETS="sweep_csv cli"  only these targets (default: every tests/fuzz/fuzz_*.cpp)
 # New inputs go to build/fuzz/corpus/<target>/ (the checked-in seeds are never changed); a
 # finding is saved as build/fuzz/artifacts/<target>-crash-… with the libFuzzer log beside it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
-seconds="${1:-30}"
 runs="${KVPHASE_FUZZ_RUNS:-}"
-targets="${KVPHASE_FUZZ_TARGETS:-sweep_csv sweep_json provenance cli}"
+all_targets=$(for f in tests/fuzz/fuzz_*.cpp; do basename "$f" .cpp; done | sed 's/^fuzz_//' | tr '\n' ' ')
+targets="${KVPHASE_FUZZ_TARGETS:-$all_targets}"
+count=$(echo $targets | wc -w)
+budget="${KVPHASE_FUZZ_BUDGET:-180}"
+per=$(( budget / count )); if [ "$per" -lt 10 ]; then per=10; fi
+seconds="${1:-$per}"
 if ! command -v clang++ > /dev/null; then
   echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2
   exit 2
 fi
 cmake --preset fuzz > /dev/null
-cmake --build --preset fuzz -j "${KVPHASE_FUZZ_JOBS:-1}"
+cmake --build --preset fuzz -j "${KVPHASE_FUZZ_JOBS:-$(nproc)}"
 out=build/fuzz
 mkdir -p "$out/artifacts"
 status=0
