@@ -10,13 +10,17 @@
 //   2 attention_portable    the portable blocked xsimd kernel (detail/flash_xsimd.hpp), forced
 //   3 attention_portable_double   the same in double (against the double FMA peak)
 //   4 attention_causal      the library's full causal attention, n = M = 8192 (4·d·Σ_i (i+1) FLOP)
-//   5 attention_streaming   the one-query-at-a-time online-softmax loop (what every non-AVX-512
+//   5 attention_compressed  the library's compressed attention, joint softmax over the visible
+//                           entries (W = S = 4 over N = 32768 tokens) and a 128-token window, for
+//                           the last 256 positions (4·d·Σ_i (visible_i + window_i) FLOP)
+//   6 attention_streaming   the one-query-at-a-time online-softmax loop (what every non-AVX-512
 //                           or double call ran before the portable kernel), forced
-//   6 attention_eigen       baseline: Eigen GEMM (S = Q·Kᵀ; S *= scale), row softmax, GEMM (O = S·V)
-//   7 attention_decode      one query (segmented streaming path), bw_frac
+//   7 attention_eigen       baseline: Eigen GEMM (S = Q·Kᵀ; S *= scale), row softmax, GEMM (O = S·V)
+//   8 attention_decode      one query (segmented streaming path), bw_frac
 // "smoke" rows are tiny and run under ctest.
 #include <benchmark/benchmark.h>
 
+#include <kvphase/attention/compressed.hpp>
 #include <kvphase/attention/detail/flash_xsimd.hpp>
 #include <kvphase/attention/full.hpp>
 #include <kvphase/attention/kernels.hpp>
@@ -136,6 +140,30 @@ void causal(benchmark::State& state, index_t n, index_t d) {
   report_flops(state, 4.0 * double(d) * double(n) * double(n + 1) / 2.0, secs, threads);
 }
 
+// Compressed attention (joint: visible entries + raw window) for the last M of N tokens.
+void compressed(benchmark::State& state, index_t M, index_t N, index_t d) {
+  const int threads = static_cast<int>(state.range(0));
+  problem& raw = get(M, N, d);  // Q [M × d], K, V [N × d]
+  const kvphase::compress::chunk_grid grid{.window = 4, .stride = 4};
+  problem& cmp = get(1, grid.num_visible(N - 1), d);  // Kc, Vc: the entries (random, like K, V)
+  const att::compressed_params prm{.window = 128, .attn = {.threads = threads}};
+  auto run = [&] {
+    att::compressed_attention<float>(raw.Q, {}, cmp.K, cmp.V, grid, raw.K, raw.V, prm, raw.O);
+  };
+  double flops = 0;
+  for (index_t t = N - M; t < N; ++t)
+    flops += 4.0 * double(d) * double(grid.num_visible(t) + std::min<index_t>(prm.window, t + 1));
+  run();
+  double secs = 0;
+  for (auto _ : state) {
+    const auto t0 = kb::clock_type::now();
+    run();
+    secs += seconds_since(t0);
+    kb::keep(raw.O(0, 0));
+  }
+  report_flops(state, flops, secs, threads);
+}
+
 // The one-query-at-a-time streaming loop (what every non-AVX-512 or double call ran before the
 // portable kernel; still the path below 8 queries), forced here.
 void streaming(benchmark::State& state, index_t M, index_t n, index_t d) {
@@ -221,6 +249,7 @@ void attention_flash(benchmark::State& s) { flash(s, kM, kN, kD); }
 void attention_portable(benchmark::State& s) { portable<float>(s, kM, kN, kD); }
 void attention_portable_double(benchmark::State& s) { portable<double>(s, kM, kN, kD); }
 void attention_causal(benchmark::State& s) { causal(s, 8192, kD); }
+void attention_compressed(benchmark::State& s) { compressed(s, kM, kN, kD); }
 void attention_streaming(benchmark::State& s) { streaming(s, kM, kN, kD); }
 void attention_eigen(benchmark::State& s) { eigen_baseline(s, kM, kN, kD); }
 void attention_decode(benchmark::State& s) { decode(s, kN, kD); }
@@ -236,6 +265,7 @@ BENCHMARK(attention_flash)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRe
 BENCHMARK(attention_portable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_portable_double)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_causal)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(attention_compressed)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_streaming)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_eigen)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_decode)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();

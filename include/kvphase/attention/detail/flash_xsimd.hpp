@@ -327,7 +327,13 @@ void flash_xsimd(const Real* Q, index_t ldq, index_t M, const kv_segment<Real>* 
           for (index_t ti = 0; ti < nt; ++ti) {
             xflash_tile<Real>& T = ws.tiles[static_cast<std::size_t>(ti)];
             const index_t j0 = std::max(kb, T.lo_min), j1 = std::min(kb + KB, T.hi_max);
-            if (j1 > j0) xflash_block<Real, Arch>(T, sg, j0, j1, d, dv, S, Vt);
+            if (j1 <= j0) continue;
+            // a block outside every query's range (between the raw windows of queries far
+            // apart) is skipped: for finite values it would leave m, l and Ot bitwise unchanged
+            bool any = false;
+            for (index_t i = 0; i < QB && !any; ++i)
+              any = T.lo[static_cast<std::size_t>(i)] < j1 && T.hi[static_cast<std::size_t>(i)] > j0;
+            if (any) xflash_block<Real, Arch>(T, sg, j0, j1, d, dv, S, Vt);
           }
         }
       }
