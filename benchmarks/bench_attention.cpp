@@ -3,6 +3,8 @@
 //   peak_frac = achieved FLOP/s / FMA peak of the same precision on the path the binary was
 //               compiled for (roofline.hpp: AVX-512 with -march=native, AVX2 with -march=haswell;
 //               the row's label names it), for the compute-bound batch;
+//   cpu_peak_frac = the same ratio per CPU-second of the process (job FLOP / its CPU seconds over
+//               the roofline's FLOP / its CPU seconds): the steadier figure on a loaded machine;
 //   bw_frac   = K+V bytes/s / read bandwidth over a buffer of the same size, for decode (M = 1).
 // Rows:
 //   1 attention_flash       the library's dense path (AVX-512 float kernel where compiled, else
@@ -73,11 +75,23 @@ double seconds_since(kb::clock_type::time_point t0) {
   return std::chrono::duration<double>(kb::clock_type::now() - t0).count();
 }
 
+// CPU seconds of the process spent inside the timed regions of the current row (summed by
+// cpu_timer over the iterations, read and reset by report_flops).
+double g_cpu_secs = 0, g_cpu_t0 = 0;
+struct cpu_timer {
+  cpu_timer() { g_cpu_t0 = kb::process_cpu_seconds(); }
+  ~cpu_timer() { g_cpu_secs += kb::process_cpu_seconds() - g_cpu_t0; }
+};
+
 template <class Real = float>
 void report_flops(benchmark::State& state, double flops, double secs, int threads) {
   const double gflops = flops * double(state.iterations()) / secs * 1e-9;
   state.counters["GFLOPs"] = gflops;
   state.counters["peak_frac"] = gflops / kb::fma_peak_gflops<Real>(threads);
+  if (g_cpu_secs > 0)
+    state.counters["cpu_peak_frac"] = flops * double(state.iterations()) / g_cpu_secs * 1e-9 /
+                                      kb::fma_peak_gflops_per_cpu_second<Real>(threads);
+  g_cpu_secs = 0;
   state.counters["threads"] = threads;
   state.SetLabel(kb::isa_name());
 }
@@ -93,6 +107,7 @@ void flash(benchmark::State& state, index_t M, index_t n, index_t d) {
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);  // warm-up (caches, thread pool)
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
     secs += seconds_since(t0);
@@ -116,6 +131,7 @@ void portable(benchmark::State& state, index_t M, index_t n, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -132,6 +148,7 @@ void causal(benchmark::State& state, index_t n, index_t d) {
   att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
     secs += seconds_since(t0);
@@ -156,6 +173,7 @@ void compressed(benchmark::State& state, index_t M, index_t N, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -185,6 +203,7 @@ void streaming(benchmark::State& state, index_t M, index_t n, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -216,6 +235,7 @@ void eigen_baseline(benchmark::State& state, index_t M, index_t n, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -232,12 +252,14 @@ void decode(benchmark::State& state, index_t n, index_t d) {
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
     secs += seconds_since(t0);
     kb::keep(p.O(0, 0));
   }
   const double gbs = p.kv_bytes() * double(state.iterations()) / secs * 1e-9;
+  g_cpu_secs = 0;
   state.counters["GBps"] = gbs;
   state.counters["bw_frac"] = gbs / kb::read_bandwidth_gbs(static_cast<std::size_t>(p.kv_bytes()), threads);
   state.counters["threads"] = threads;

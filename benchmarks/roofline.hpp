@@ -13,6 +13,7 @@
 // Each figure is the median of `reps` repetitions, so a roofline and a job measured with the
 // same care give a ratio that is stable when absolute times are not.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -93,6 +94,34 @@ inline double fma_peak_gflops(int threads, int reps = 7) {
 #pragma omp parallel num_threads(threads)
     { keep(detail::fma_chains<Real>(iters)); }
     secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return flops_per_thread * threads / median(secs) * 1e-9;
+}
+
+/// CPU seconds used so far by every thread of this process. On a machine shared with other jobs
+/// the wall-clock ratio of two measurements taken a second apart moves with the other jobs'
+/// load; the ratio of FLOP per CPU-second (job against roofline) does not count the time the
+/// process was not running, so it is the steadier figure under load (and equal to the wall-clock
+/// ratio on an idle machine, up to OpenMP threads that spin while waiting).
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+/// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
+/// the per-core throughput while running, whatever share of the machine the process gets.
+template <class Real = float>
+inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
+  using B = xsimd::batch<Real>;
+  const std::int64_t iters = 4'000'000;
+  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_seconds();
+#pragma omp parallel num_threads(threads)
+    { keep(detail::fma_chains<Real>(iters)); }
+    secs.push_back(process_cpu_seconds() - c0);
   }
   return flops_per_thread * threads / median(secs) * 1e-9;
 }

@@ -75,9 +75,7 @@ template <class Real, class Arch>
 inline constexpr bool flash_xsimd_enabled = !simd::is_scalar_v<Arch>;
 
 /// The blocked kernel pays off from about 8 queries on (below, the job is memory bound).
-inline bool flash_xsimd_applicable(index_t M, index_t d, index_t dv) noexcept {
-  return M >= 8 && d >= 1 && dv >= 1;
-}
+inline bool flash_xsimd_applicable(index_t M, index_t d, index_t dv) noexcept { return M >= 8 && d >= 1 && dv >= 1; }
 
 /// S[r][0:QB] = Σ_c rows[r][c]·Qt[c][0:QB] for R key rows read in place.
 ///   Qt: [d × QB] aligned; rows: R row pointers; S: [R × QB] aligned.
@@ -251,8 +249,8 @@ void xflash_block(xflash_tile<Real>& T, const kv_segment<Real>& sg, index_t j0, 
 /// segments' ranges, in segment order, in one softmax with the sink; O[i] = 0 when no key is
 /// attended. Q: [M × ldq] (first d used); O: [M × ldo] (first dv written).
 template <class Real, class Arch>
-void flash_xsimd(const Real* Q, index_t ldq, index_t M, const kv_segment<Real>* segs, int nseg, index_t d,
-                 index_t dv, Real scale, Real sink, Real* O, index_t ldo, int threads) noexcept {
+void flash_xsimd(const Real* Q, index_t ldq, index_t M, const kv_segment<Real>* segs, int nseg, index_t d, index_t dv,
+                 Real scale, Real sink, Real* O, index_t ldo, int threads) noexcept {
   using G = xflash_geom<Real, Arch>;
   constexpr index_t QB = G::QB, KB = G::KB;
   constexpr Real ninf = -std::numeric_limits<Real>::infinity();
