@@ -1,15 +1,29 @@
 // Attention benchmarks: M queries × n compressed keys, d = dv = 128, float; scores + softmax + P·V
 // (4·M·n·d FLOP). Every row states its speed against a limit measured in the same process:
-//   peak_frac = achieved FLOP/s / AVX-512 FMA peak (roofline.hpp), for the compute-bound batch;
+//   peak_frac = achieved FLOP/s / FMA peak of the same precision on the path the binary was
+//               compiled for (roofline.hpp: AVX-512 with -march=native, AVX2 with -march=haswell;
+//               the row's label names it), for the compute-bound batch;
+//   cpu_peak_frac = the same ratio per CPU-second of the process (job FLOP / its CPU seconds over
+//               the roofline's FLOP / its CPU seconds): the steadier figure on a loaded machine;
 //   bw_frac   = K+V bytes/s / read bandwidth over a buffer of the same size, for decode (M = 1).
 // Rows:
-//   1 attention_flash       the library's dense path (AVX-512 flash kernel on this machine)
-//   2 attention_streaming   the generic xsimd online-softmax path, one query at a time
-//   3 attention_eigen       baseline: Eigen GEMM (S = Q·Kᵀ; S *= scale), row softmax, GEMM (O = S·V)
-//   4 attention_decode      one query (segmented streaming path), bw_frac
+//   1 attention_flash       the library's dense path (AVX-512 float kernel where compiled, else
+//                           the portable blocked kernel)
+//   2 attention_portable    the portable blocked xsimd kernel (detail/flash_xsimd.hpp), forced
+//   3 attention_portable_double   the same in double (against the double FMA peak)
+//   4 attention_causal      the library's full causal attention, n = M = 8192 (4·d·Σ_i (i+1) FLOP)
+//   5 attention_compressed  the library's compressed attention, joint softmax over the visible
+//                           entries (W = S = 4 over N = 32768 tokens) and a 128-token window, for
+//                           the last 256 positions (4·d·Σ_i (visible_i + window_i) FLOP)
+//   6 attention_streaming   the one-query-at-a-time online-softmax loop (what every non-AVX-512
+//                           or double call ran before the portable kernel), forced
+//   7 attention_eigen       baseline: Eigen GEMM (S = Q·Kᵀ; S *= scale), row softmax, GEMM (O = S·V)
+//   8 attention_decode      one query (segmented streaming path), bw_frac
 // "smoke" rows are tiny and run under ctest.
 #include <benchmark/benchmark.h>
 
+#include <kvphase/attention/compressed.hpp>
+#include <kvphase/attention/detail/flash_xsimd.hpp>
 #include <kvphase/attention/full.hpp>
 #include <kvphase/attention/kernels.hpp>
 
@@ -32,24 +46,28 @@ using kvphase::matrixf;
 namespace att = kvphase::attention;
 namespace kb = kvphase::bench;
 
-struct problem {
+template <class Real>
+struct problem_t {
+  using matrix = kvphase::matrix_t<Real>;
   index_t M, n, d;
-  matrixf Q, K, V, O;
-  problem(index_t M_, index_t n_, index_t d_) : M(M_), n(n_), d(d_), Q(M_, d_), K(n_, d_), V(n_, d_), O(M_, d_) {
+  matrix Q, K, V, O;
+  problem_t(index_t M_, index_t n_, index_t d_) : M(M_), n(n_), d(d_), Q(M_, d_), K(n_, d_), V(n_, d_), O(M_, d_) {
     std::mt19937 g(42);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::normal_distribution<Real> nd(Real(0), Real(1));
     for (auto* m : {&Q, &K, &V})
       for (index_t i = 0; i < m->size(); ++i) m->data()[i] = nd(g);
     O.setZero();
   }
   [[nodiscard]] double flops() const { return 4.0 * double(M) * double(n) * double(d); }
-  [[nodiscard]] double kv_bytes() const { return 2.0 * double(n) * double(d) * sizeof(float); }
+  [[nodiscard]] double kv_bytes() const { return 2.0 * double(n) * double(d) * sizeof(Real); }
 };
+using problem = problem_t<float>;
 
-problem& get(index_t M, index_t n, index_t d) {
-  static std::map<std::tuple<index_t, index_t, index_t>, std::unique_ptr<problem>> cache;
+template <class Real = float>
+problem_t<Real>& get(index_t M, index_t n, index_t d) {
+  static std::map<std::tuple<index_t, index_t, index_t>, std::unique_ptr<problem_t<Real>>> cache;
   auto& p = cache[{M, n, d}];
-  if (!p) p = std::make_unique<problem>(M, n, d);
+  if (!p) p = std::make_unique<problem_t<Real>>(M, n, d);
   return *p;
 }
 
@@ -57,11 +75,29 @@ double seconds_since(kb::clock_type::time_point t0) {
   return std::chrono::duration<double>(kb::clock_type::now() - t0).count();
 }
 
-void report_flops(benchmark::State& state, const problem& p, double secs, int threads) {
-  const double gflops = p.flops() * double(state.iterations()) / secs * 1e-9;
+// CPU seconds of the process spent inside the timed regions of the current row (summed by
+// cpu_timer over the iterations, read and reset by report_flops).
+double g_cpu_secs = 0, g_cpu_t0 = 0;
+struct cpu_timer {
+  cpu_timer() { g_cpu_t0 = kb::process_cpu_seconds(); }
+  ~cpu_timer() { g_cpu_secs += kb::process_cpu_seconds() - g_cpu_t0; }
+};
+
+template <class Real = float>
+void report_flops(benchmark::State& state, double flops, double secs, int threads) {
+  const double gflops = flops * double(state.iterations()) / secs * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["peak_frac"] = gflops / kb::fma_peak_gflops(threads);
+  state.counters["peak_frac"] = gflops / kb::fma_peak_gflops<Real>(threads);
+  if (g_cpu_secs > 0)
+    state.counters["cpu_peak_frac"] = flops * double(state.iterations()) / g_cpu_secs * 1e-9 /
+                                      kb::fma_peak_gflops_per_cpu_second<Real>(threads);
+  g_cpu_secs = 0;
   state.counters["threads"] = threads;
+  state.SetLabel(kb::isa_name());
+}
+template <class Real>
+void report_flops(benchmark::State& state, const problem_t<Real>& p, double secs, int threads) {
+  report_flops<Real>(state, p.flops(), secs, threads);
 }
 
 void flash(benchmark::State& state, index_t M, index_t n, index_t d) {
@@ -71,6 +107,7 @@ void flash(benchmark::State& state, index_t M, index_t n, index_t d) {
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);  // warm-up (caches, thread pool)
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
     secs += seconds_since(t0);
@@ -79,7 +116,74 @@ void flash(benchmark::State& state, index_t M, index_t n, index_t d) {
   report_flops(state, p, secs, threads);
 }
 
-// Generic xsimd streaming path (what every non-AVX-512 or double call runs), forced here.
+// The portable blocked kernel, forced (on an AVX-512 build the dense path takes the AVX-512
+// float kernel instead; double always takes this one).
+template <class Real>
+void portable(benchmark::State& state, index_t M, index_t n, index_t d) {
+  const int threads = static_cast<int>(state.range(0));
+  problem_t<Real>& p = get<Real>(M, n, d);
+  const Real scale = att::default_scale<Real>(d);
+  const att::detail::kv_segment<Real> seg{.K = p.K.data(), .ldk = d, .V = p.V.data(), .ldv = d, .n = n};
+  auto run = [&] {
+    att::detail::flash_xsimd<Real, kvphase::simd::default_arch>(p.Q.data(), d, M, &seg, 1, d, d, scale,
+                                                               att::no_sink<Real>, p.O.data(), d, threads);
+  };
+  run();
+  double secs = 0;
+  for (auto _ : state) {
+    const cpu_timer ct;
+    const auto t0 = kb::clock_type::now();
+    run();
+    secs += seconds_since(t0);
+    kb::keep(p.O(0, 0));
+  }
+  report_flops<Real>(state, p, secs, threads);
+}
+
+// Full causal attention over n tokens (every token queries itself and its past).
+void causal(benchmark::State& state, index_t n, index_t d) {
+  const int threads = static_cast<int>(state.range(0));
+  problem& p = get(n, n, d);
+  const att::attention_params prm{.threads = threads};
+  att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
+  double secs = 0;
+  for (auto _ : state) {
+    const cpu_timer ct;
+    const auto t0 = kb::clock_type::now();
+    att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
+    secs += seconds_since(t0);
+    kb::keep(p.O(0, 0));
+  }
+  report_flops(state, 4.0 * double(d) * double(n) * double(n + 1) / 2.0, secs, threads);
+}
+
+// Compressed attention (joint: visible entries + raw window) for the last M of N tokens.
+void compressed(benchmark::State& state, index_t M, index_t N, index_t d) {
+  const int threads = static_cast<int>(state.range(0));
+  problem& raw = get(M, N, d);  // Q [M × d], K, V [N × d]
+  const kvphase::compress::chunk_grid grid{.window = 4, .stride = 4};
+  problem& cmp = get(1, grid.num_visible(N - 1), d);  // Kc, Vc: the entries (random, like K, V)
+  const att::compressed_params prm{.window = 128, .attn = {.threads = threads}};
+  auto run = [&] {
+    att::compressed_attention<float>(raw.Q, {}, cmp.K, cmp.V, grid, raw.K, raw.V, prm, raw.O);
+  };
+  double flops = 0;
+  for (index_t t = N - M; t < N; ++t)
+    flops += 4.0 * double(d) * double(grid.num_visible(t) + std::min<index_t>(prm.window, t + 1));
+  run();
+  double secs = 0;
+  for (auto _ : state) {
+    const cpu_timer ct;
+    const auto t0 = kb::clock_type::now();
+    run();
+    secs += seconds_since(t0);
+    kb::keep(raw.O(0, 0));
+  }
+  report_flops(state, flops, secs, threads);
+}
+
+// The one-query-at-a-time streaming loop (what every non-AVX-512 or double call ran before the
+// portable kernel; still the path below 8 queries), forced here.
 void streaming(benchmark::State& state, index_t M, index_t n, index_t d) {
   const int threads = static_cast<int>(state.range(0));
   problem& p = get(M, n, d);
@@ -99,6 +203,7 @@ void streaming(benchmark::State& state, index_t M, index_t n, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -130,6 +235,7 @@ void eigen_baseline(benchmark::State& state, index_t M, index_t n, index_t d) {
   run();
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     run();
     secs += seconds_since(t0);
@@ -146,12 +252,14 @@ void decode(benchmark::State& state, index_t n, index_t d) {
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
   double secs = 0;
   for (auto _ : state) {
+    const cpu_timer ct;
     const auto t0 = kb::clock_type::now();
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
     secs += seconds_since(t0);
     kb::keep(p.O(0, 0));
   }
   const double gbs = p.kv_bytes() * double(state.iterations()) / secs * 1e-9;
+  g_cpu_secs = 0;
   state.counters["GBps"] = gbs;
   state.counters["bw_frac"] = gbs / kb::read_bandwidth_gbs(static_cast<std::size_t>(p.kv_bytes()), threads);
   state.counters["threads"] = threads;
@@ -160,22 +268,32 @@ void decode(benchmark::State& state, index_t n, index_t d) {
 constexpr index_t kM = 256, kN = 32768, kD = 128;
 
 void attention_flash(benchmark::State& s) { flash(s, kM, kN, kD); }
+void attention_portable(benchmark::State& s) { portable<float>(s, kM, kN, kD); }
+void attention_portable_double(benchmark::State& s) { portable<double>(s, kM, kN, kD); }
+void attention_causal(benchmark::State& s) { causal(s, 8192, kD); }
+void attention_compressed(benchmark::State& s) { compressed(s, kM, kN, kD); }
 void attention_streaming(benchmark::State& s) { streaming(s, kM, kN, kD); }
 void attention_eigen(benchmark::State& s) { eigen_baseline(s, kM, kN, kD); }
 void attention_decode(benchmark::State& s) { decode(s, kN, kD); }
 void attention_flash_smoke(benchmark::State& s) { flash(s, 40, 600, 64); }
 void attention_streaming_smoke(benchmark::State& s) { streaming(s, 9, 600, 64); }
+void attention_portable_smoke(benchmark::State& s) { portable<double>(s, 40, 600, 64); }
 void attention_eigen_smoke(benchmark::State& s) { eigen_baseline(s, 40, 600, 64); }
 void attention_decode_smoke(benchmark::State& s) { decode(s, 9000, 64); }
 
 }  // namespace
 
 BENCHMARK(attention_flash)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(attention_portable)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(attention_portable_double)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(attention_causal)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(attention_compressed)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_streaming)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_eigen)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(attention_decode)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(attention_flash_smoke)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(attention_streaming_smoke)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(attention_portable_smoke)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(attention_eigen_smoke)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(attention_decode_smoke)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -2,14 +2,18 @@
 // In-process rooflines for kvphase benchmarks. The machine is noisy (clock 3.2-3.6 GHz, 2-thread
 // DRAM bandwidth swinging 2x between runs), so every benchmark states its speed as a fraction of
 // a limit measured in the same process, right next to the job:
-//   - fma_peak_gflops(threads): float FMA throughput with 16 independent vector accumulators per
-//     thread on the widest compiled path (AVX-512 here: 2 x 16-lane FMA per cycle);
+//   - fma_peak_gflops<Real>(threads): FMA throughput (float by default, or double) with 16
+//     independent vector accumulators per thread on the path the binary was compiled for
+//     (xsimd::default_arch: AVX-512 with -march=native here, 2 x 16-lane float FMA per cycle;
+//     AVX2 with -march=haswell, 2 x 8 lanes), through kvphase::simd::fma, which is a hardware FMA
+//     on every FMA path (xsimd 8.1's own fma is not one on AVX-512);
 //   - read_seconds(x, n, threads): time to read n floats once (the compress roofline: any kernel
 //     must at least read its input), split statically across threads;
 //   - read_bandwidth_gbs(bytes, threads): bytes/s of that read on a private buffer.
 // Each figure is the median of `reps` repetitions, so a roofline and a job measured with the
 // same care give a ratio that is stable when absolute times are not.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +23,8 @@
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
+
+#include <kvphase/core/simd.hpp>
 
 namespace kvphase::bench {
 
@@ -38,16 +44,19 @@ inline void keep(const T& v) {
 
 namespace detail {
 // 16 independent FMA chains of one vector each: throughput-bound, not latency-bound.
-[[gnu::noinline]] inline float fma_chains(std::int64_t iters) {
-  using B = xsimd::batch<float>;
-  B a0(1.0f), a1(1.1f), a2(1.2f), a3(1.3f), a4(1.4f), a5(1.5f), a6(1.6f), a7(1.7f);
-  B a8(1.8f), a9(1.9f), a10(2.0f), a11(2.1f), a12(2.2f), a13(2.3f), a14(2.4f), a15(2.5f);
-  const B m(0.999999f), c(1e-7f);
+template <class Real>
+[[gnu::noinline]] inline Real fma_chains(std::int64_t iters) {
+  using B = xsimd::batch<Real>;
+  using A = typename B::arch_type;
+  B a0(Real(1.0)), a1(Real(1.1)), a2(Real(1.2)), a3(Real(1.3)), a4(Real(1.4)), a5(Real(1.5)), a6(Real(1.6)),
+      a7(Real(1.7));
+  B a8(Real(1.8)), a9(Real(1.9)), a10(Real(2.0)), a11(Real(2.1)), a12(Real(2.2)), a13(Real(2.3)), a14(Real(2.4)),
+      a15(Real(2.5));
+  const B m(Real(0.999999)), c(Real(1e-7));
+  auto f = [&](B& a) { a = kvphase::simd::fma<Real, A>(a, m, c); };
   for (std::int64_t i = 0; i < iters; ++i) {
-    a0 = xsimd::fma(a0, m, c); a1 = xsimd::fma(a1, m, c); a2 = xsimd::fma(a2, m, c); a3 = xsimd::fma(a3, m, c);
-    a4 = xsimd::fma(a4, m, c); a5 = xsimd::fma(a5, m, c); a6 = xsimd::fma(a6, m, c); a7 = xsimd::fma(a7, m, c);
-    a8 = xsimd::fma(a8, m, c); a9 = xsimd::fma(a9, m, c); a10 = xsimd::fma(a10, m, c); a11 = xsimd::fma(a11, m, c);
-    a12 = xsimd::fma(a12, m, c); a13 = xsimd::fma(a13, m, c); a14 = xsimd::fma(a14, m, c); a15 = xsimd::fma(a15, m, c);
+    f(a0); f(a1); f(a2); f(a3); f(a4); f(a5); f(a6); f(a7);
+    f(a8); f(a9); f(a10); f(a11); f(a12); f(a13); f(a14); f(a15);
     asm volatile("" ::: "memory");
   }
   B s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11)) + ((a12 + a13) + (a14 + a15));
@@ -72,17 +81,47 @@ namespace detail {
 }
 }  // namespace detail
 
-/// Float FMA peak in GFLOP/s with `threads` threads (median of reps runs of ~20 ms each).
+/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
+/// (median of reps runs of ~20 ms each).
+template <class Real = float>
 inline double fma_peak_gflops(int threads, int reps = 7) {
-  using B = xsimd::batch<float>;
+  using B = xsimd::batch<Real>;
   const std::int64_t iters = 4'000'000;
   const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = clock_type::now();
 #pragma omp parallel num_threads(threads)
-    { keep(detail::fma_chains(iters)); }
+    { keep(detail::fma_chains<Real>(iters)); }
     secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return flops_per_thread * threads / median(secs) * 1e-9;
+}
+
+/// CPU seconds used so far by every thread of this process. On a machine shared with other jobs
+/// the wall-clock ratio of two measurements taken a second apart moves with the other jobs'
+/// load; the ratio of FLOP per CPU-second (job against roofline) does not count the time the
+/// process was not running, so it is the steadier figure under load (and equal to the wall-clock
+/// ratio on an idle machine, up to OpenMP threads that spin while waiting).
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+/// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
+/// the per-core throughput while running, whatever share of the machine the process gets.
+template <class Real = float>
+inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
+  using B = xsimd::batch<Real>;
+  const std::int64_t iters = 4'000'000;
+  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_seconds();
+#pragma omp parallel num_threads(threads)
+    { keep(detail::fma_chains<Real>(iters)); }
+    secs.push_back(process_cpu_seconds() - c0);
   }
   return flops_per_thread * threads / median(secs) * 1e-9;
 }

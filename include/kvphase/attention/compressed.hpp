@@ -19,6 +19,9 @@
 ///   O  [M × dv]  outputs
 /// In joint mode a raw token reached both through a selected block and the window is attended
 /// once (the window wins). An empty attended set gives o = 0.
+/// Joint mode without per-query selections runs, from 8 queries on and on every SIMD path, the
+/// blocked multi-query kernel (detail/flash_xsimd.hpp: visible entries and window as two key
+/// segments of one softmax); the other forms run the one-query streaming softmax.
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "kvphase/attention/detail/flash_xsimd.hpp"
 #include "kvphase/attention/full.hpp"
 #include "kvphase/attention/kernels.hpp"
 #include "kvphase/attention/select.hpp"
@@ -155,6 +159,29 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
   }
   const int nt = detail::threads_for(p.attn.threads, work * double(d + dv));
   const bool joint = p.combine == combine_mode::joint;
+
+  if constexpr (detail::flash_xsimd_enabled<Real, Arch>) {
+    // joint softmax over all visible entries and the window (no per-query selection): two key
+    // segments per query, run by the blocked multi-query kernel
+    if (joint && !sel.entries && !sel.blocks && detail::flash_xsimd_applicable(M, d, dv)) {
+      std::vector<index_t> ranges(static_cast<std::size_t>(3 * M));
+      index_t* const nvis = ranges.data();
+      index_t* const wlo = nvis + M;
+      index_t* const whi = wlo + M;
+      for (index_t i = 0; i < M; ++i) {
+        const index_t t = tpos[static_cast<std::size_t>(i)];
+        nvis[i] = p.compressed ? grid.num_visible(t) : 0;
+        wlo[i] = p.window > 0 ? std::max<index_t>(0, t - p.window + 1) : t + 1;
+        whi[i] = t + 1;
+      }
+      const detail::kv_segment<Real> segs[2] = {
+          {.K = Kc.data(), .ldk = Kc.outerStride(), .V = Vc.data(), .ldv = Vc.outerStride(), .n = E, .lo = nullptr, .hi = nvis},
+          {.K = K.data(), .ldk = K.outerStride(), .V = V.data(), .ldv = V.outerStride(), .n = N, .lo = wlo, .hi = whi}};
+      detail::flash_xsimd<Real, Arch>(Q.data(), Q.outerStride(), M, segs, 2, d, dv, scale, sink, O.data(),
+                                      O.outerStride(), nt);
+      return;
+    }
+  }
 
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
   {

@@ -2,9 +2,10 @@
 /// \file attention/full.hpp
 /// Dense attention over a key prefix, batched over queries: the full causal attention control,
 /// and the "every query sees the first n keys" form used for compressed keys that are all
-/// visible. float on AVX-512 takes a flash-style fast path (detail/flash_avx512.hpp); every other
-/// (Real, Arch) pair runs the streaming online softmax of kernels.hpp. Both are tested against a
-/// double-precision reference.
+/// visible. From 8 queries on, float on AVX-512 takes a flash-style fast path
+/// (detail/flash_avx512.hpp) and every other SIMD (Real, Arch) pair the portable blocked kernel
+/// (detail/flash_xsimd.hpp); fewer queries, and the scalar reference tag, run the streaming online
+/// softmax of kernels.hpp. All are tested against a double-precision reference.
 ///
 /// Shapes: Q [M × d] queries; K [n × d] keys; V [n × dv] values; O [M × dv] outputs.
 /// Query i attends keys [0, key_end[i]) (causal: key_end[i] = pos[i] + 1).
@@ -22,6 +23,7 @@
 #endif
 
 #include "kvphase/attention/detail/flash_avx512.hpp"
+#include "kvphase/attention/detail/flash_xsimd.hpp"
 #include "kvphase/attention/kernels.hpp"
 #include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
@@ -155,6 +157,13 @@ void attend_batch(const Real* Q, index_t ldq, index_t M, const Real* K, index_t 
     }
   }
   const int nt = detail::threads_for(threads, double(M) * double(n) * double(d + dv));
+  if constexpr (detail::flash_xsimd_enabled<Real, Arch>) {
+    if (detail::flash_xsimd_applicable(M, d, dv) && n >= 1) {
+      const detail::kv_segment<Real> seg{.K = K, .ldk = ldk, .V = V, .ldv = ldv, .n = n, .lo = nullptr, .hi = key_end};
+      detail::flash_xsimd<Real, Arch>(Q, ldq, M, &seg, 1, d, dv, scale, sink, O, ldo, nt);
+      return;
+    }
+  }
   if (M < detail::split_min_queries && n > detail::split_segment) {
     detail::attend_split<Real, Arch>(Q, ldq, M, K, ldk, V, ldv, n, d, dv, key_end, scale, sink, O, ldo, block, nt);
     return;
