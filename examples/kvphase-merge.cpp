@@ -15,8 +15,8 @@
 //
 // With --study, the inputs are the shard files of every unit of a study (kvphase-sweep --grid):
 // they are grouped by unit, each unit is merged as above, and the result is one tidy table (CSV:
-// a "unit" column, then each unit's rows with its configuration columns; JSON: one merged output
-// per unit). An input of another study (name or hash), without a unit, or of a unit the study
+// each unit's rows with its configuration columns and a last column "unit"; JSON: one merged
+// output per unit). An input of another study (name or hash), without a unit, or of a unit the study
 // does not have, and a unit without inputs are named and refused (docs/scale-out.md).
 #include <fstream>
 #include <iostream>

@@ -100,7 +100,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-SchedulerParameters=defer_batch
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF

@@ -17,7 +17,7 @@
 /// that each is one of its flags). A value is a string, an integer, a finite number, an array of
 /// numbers (written comma-separated, e.g. --gate-bias 3,0,0,0) or a boolean (true: the flag is
 /// given, false: it is not). Run-time flags (shard, unit, out, out-dir, format, grid, list,
-/// quiet) are not study keys. Everything else is refused with kvphase::error naming the file,
+/// quiet, threads) are not study keys. Everything else is refused with kvphase::error naming the file,
 /// the key and the value: an unknown top-level key, a duplicate key, an empty axis, a repeated
 /// value in an axis, a key both fixed and an axis, more than 2^20 units or array tasks.
 
@@ -39,6 +39,11 @@
 #include "kvphase/io/text.hpp"
 
 namespace kvphase::io {
+
+namespace detail {
+/// Internal value of a flag set to false in a study file (left out of the unit's flags).
+inline const std::string study_false = std::string(1, '\x01') + "false";
+}  // namespace detail
 
 /// One flag of a unit: its name (no "--") and its value (nullopt: a flag without value).
 struct study_flag {
@@ -80,7 +85,7 @@ struct study {
       rest %= radix;
       out.push_back({a.key, v});
     }
-    std::erase_if(out, [](const study_flag& f) { return f.value && *f.value == "\x01false"; });
+    std::erase_if(out, [](const study_flag& f) { return f.value && *f.value == detail::study_false; });
     return out;
   }
   /// "preset=mean stride=4" (the axis values of unit k; "all" without axes).
@@ -100,9 +105,9 @@ inline bool study_key_ok(std::string_view k) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
   return true;
 }
-/// Text of one study value (see the file comment); "\x01false" marks a false boolean.
+/// Text of one study value (see the file comment); study_false marks a false boolean.
 inline std::optional<std::string> study_value(const ordered_json& v, const std::string& where) {
-  if (v.is_boolean()) return v.get<bool>() ? std::nullopt : std::optional<std::string>("\x01false");
+  if (v.is_boolean()) return v.get<bool>() ? std::nullopt : std::optional<std::string>(study_false);
   if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
     if (s.empty() || s.size() > 256 || invalid_utf8_at(s) != std::string::npos || s.front() == '-')
@@ -128,7 +133,7 @@ inline std::optional<std::string> study_value(const ordered_json& v, const std::
   fail(where, json_excerpt(v), "must be a string, a number, an array of numbers or a boolean");
 }
 inline bool study_reserved(std::string_view k) {
-  for (const auto r : {"shard", "unit", "out", "out-dir", "format", "grid", "list", "quiet", "help"})
+  for (const auto r : {"shard", "unit", "out", "out-dir", "format", "grid", "list", "quiet", "help", "threads"})
     if (k == r) return true;
   return false;
 }
@@ -155,7 +160,8 @@ inline study parse_study(std::string_view text, std::string_view source = "study
       }
       return true;
     };
-    (void)ordered_json::parse(detail::strip_bom(text).begin(), detail::strip_bom(text).end(), cb);
+    const auto body = detail::strip_bom(text);
+    [[maybe_unused]] const auto again = ordered_json::parse(body.begin(), body.end(), cb);
   }
   if (!j.is_object()) fail(src, detail::json_excerpt(j), "must be a JSON object with \"study\" and \"axes\"");
   study s;
@@ -184,7 +190,7 @@ inline study parse_study(std::string_view text, std::string_view source = "study
     if (!detail::study_key_ok(k))
       fail(where, detail::excerpt(k), "must be a flag name without '--': [a-z][a-z0-9-]*, at most 32 characters");
     if (detail::study_reserved(k))
-      fail(where, k, "is a run-time flag, not part of a study (shard, unit, out, out-dir, format, grid, list, quiet)");
+      fail(where, k, "is a run-time flag, not part of a study (shard, unit, out, out-dir, format, grid, list, quiet, threads)");
   };
   if (const auto it = j.find("fixed"); it != j.end()) {
     if (!it->is_object()) fail(src + ".fixed", detail::json_excerpt(*it), "must be an object of flag: value");
@@ -236,20 +242,20 @@ inline std::pair<std::int64_t, std::int64_t> study_task(const study& s, std::int
   return {t / s.shards, t % s.shards};
 }
 
-/// One tidy CSV (no comment lines) of the CSV outputs of several units: a "unit" column, then the
-/// union of their columns in order of first appearance (a column a unit lacks, e.g. a field of
-/// another task, is empty in its rows).
+/// One tidy CSV (no comment lines) of the CSV outputs of several units: the union of their
+/// columns in order of first appearance (a column a unit lacks, e.g. a field of another task, is
+/// empty in its rows), then a "unit" column.
 inline std::string join_study_tables(const std::vector<std::pair<std::int64_t, std::string>>& tables) {
   std::vector<csv_table> parsed;
-  std::vector<std::string> header{"unit"};
+  std::vector<std::string> header;
   for (const auto& [unit, text] : tables) {
     parsed.push_back(parse_csv(text, "unit " + std::to_string(unit)));
     for (const auto& h : parsed.back().header)
-      if (std::find(header.begin(), header.end(), h) == header.end()) header.push_back(h);
+      if (h != "unit" && std::find(header.begin(), header.end(), h) == header.end()) header.push_back(h);
   }
   std::string out;
-  for (std::size_t c = 0; c < header.size(); ++c) out += (c ? "," : "") + csv_escape(header[c]);
-  out += '\n';
+  for (const auto& h : header) out += csv_escape(h) + ",";
+  out += "unit\n";
   for (std::size_t t = 0; t < parsed.size(); ++t) {
     const auto& tab = parsed[t];
     std::vector<std::size_t> at;  // column of tab for each header column (npos: absent)
@@ -258,10 +264,9 @@ inline std::string join_study_tables(const std::vector<std::pair<std::int64_t, s
       at.push_back(it == tab.header.end() ? std::string::npos : static_cast<std::size_t>(it - tab.header.begin()));
     }
     for (const auto& row : tab.rows) {
-      out += std::to_string(tables[t].first);
-      for (std::size_t c = 1; c < header.size(); ++c)
-        out += "," + (at[c] != std::string::npos && at[c] < row.size() ? csv_escape(row[at[c]]) : std::string());
-      out += '\n';
+      for (std::size_t c = 0; c < header.size(); ++c)
+        out += (at[c] != std::string::npos && at[c] < row.size() ? csv_escape(row[at[c]]) : std::string()) + ",";
+      out += std::to_string(tables[t].first) + "\n";
     }
   }
   return out;
