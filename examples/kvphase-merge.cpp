@@ -80,7 +80,8 @@ std::string merge_study(const io::study& st, const std::vector<io::sweep_result>
       part.push_back(shards[i]);
       names.push_back(inputs[i]);
     }
-    auto merged = io::merge_shards(part, names, mo);
+    auto merged = io::detail::naming_source("unit " + std::to_string(k) + " (" + st.unit_label(k) + ")",
+                                            [&] { return io::merge_shards(part, names, mo); });
     merged.prov.launcher.clear();
     merged.prov.job.clear();
     const auto summary = kvphase::stats::summarize(merged.models, merged.analysis);

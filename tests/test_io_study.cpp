@@ -2,6 +2,7 @@
 // "i/N" parser, and study files (io::parse_study, unit and task mapping, the tidy join).
 #include <catch2/catch.hpp>
 
+#include <kvphase/io/provenance.hpp>
 #include <kvphase/io/study.hpp>
 #include <kvphase/sim/shard.hpp>
 
@@ -60,8 +61,8 @@ TEST_CASE("shard from a Slurm job array", "[io][scaleout]") {
   e["SLURM_ARRAY_TASK_COUNT"] = "3";
   CHECK_THAT(message(e), Catch::Contains("SLURM_ARRAY_TASK_COUNT = 3") && Catch::Contains("gaps"));
   e = base;
-  e["SLURM_ARRAY_TASK_STEP"] = "2";
-  CHECK_THAT(message(e), Catch::Contains("SLURM_ARRAY_TASK_ID = 5"));
+  e["SLURM_ARRAY_TASK_STEP"] = "3";  // tasks 3 and 6: 5 is none of them
+  CHECK_THAT(message(e), Catch::Contains("SLURM_ARRAY_TASK_ID = 5") && Catch::Contains("MIN + k * STEP"));
   e = base;
   e.erase("SLURM_ARRAY_TASK_MIN");
   CHECK_THAT(message(e), Catch::Contains("SLURM_ARRAY_TASK_MIN"));
@@ -160,13 +161,13 @@ TEST_CASE("study files: units, labels and the array task mapping", "[io][scaleou
 TEST_CASE("study files: strict errors name the file, the key and the value", "[io][scaleout]") {
   auto err = [](const std::string& text) { return message_of([&] { (void)io::parse_study(text, "s.json"); }); };
   CHECK_THAT(err("{"), Catch::Contains("s.json = byte"));
-  CHECK_THAT(err("[]"), Catch::Contains("s.json = []"));
+  CHECK_THAT(err("[]"), Catch::Contains("s.json = (an array of 0)"));
   CHECK_THAT(err(R"({"axes": {}})"), Catch::Contains("s.json.study"));
   CHECK_THAT(err(R"({"study": "a b", "axes": {}})"), Catch::Contains("s.json.study = \"a b\""));
   CHECK_THAT(err(R"({"study": "x", "axes": {}, "extra": 1})"), Catch::Contains("s.json key extra"));
   CHECK_THAT(err(R"({"study": "x", "axes": {"stride": [2], "stride": [4]}})"),
              Catch::Contains("s.json key stride = (twice)"));
-  CHECK_THAT(err(R"({"study": "x", "axes": {"stride": []}})"), Catch::Contains("s.json.axes.stride = []"));
+  CHECK_THAT(err(R"({"study": "x", "axes": {"stride": []}})"), Catch::Contains("s.json.axes.stride = (an array of 0)"));
   CHECK_THAT(err(R"({"study": "x", "axes": {"stride": [2, 2]}})"), Catch::Contains("s.json.axes.stride[1] = 2: repeats"));
   CHECK_THAT(err(R"({"study": "x", "axes": {"stride": [{"a": 1}]}})"), Catch::Contains("s.json.axes.stride[0]"));
   CHECK_THAT(err(R"({"study": "x", "axes": {"task": ["-x"]}})"), Catch::Contains("not starting with '-'"));
@@ -182,8 +183,12 @@ TEST_CASE("study files: strict errors name the file, the key and the value", "[i
   // more than 2^20 units or array tasks
   std::string big = R"({"study": "x", "axes": {)";
   for (int a = 0; a < 3; ++a) {
-    big += std::string(a ? "," : "") + "\"a" + std::to_string(a) + "\": [";
-    for (int v = 0; v < 128; ++v) big += (v ? "," : "") + std::to_string(v);
+    if (a) big += ',';
+    big += "\"a" + std::to_string(a) + "\": [";
+    for (int v = 0; v < 128; ++v) {
+      if (v) big += ',';
+      big += std::to_string(v);
+    }
     big += "]";
   }
   CHECK_THAT(err(big + "}}"), Catch::Contains("s.json.axes.a2") && Catch::Contains("2^20 units"));

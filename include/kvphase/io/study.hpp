@@ -76,25 +76,33 @@ struct study {
   /// The flags of unit k (fixed first, then one per axis, in file order); throws unless
   /// 0 <= k < units(). Flags whose boolean value is false are left out.
   [[nodiscard]] std::vector<study_flag> unit_flags(std::int64_t k) const {
-    require(k >= 0 && k < units(), "unit", k, "must be in [0, " + std::to_string(units()) + ") (units of study " + name + ")");
     std::vector<study_flag> out = fixed;
-    std::int64_t rest = k, radix = units();
-    for (const auto& a : axes) {
-      radix /= static_cast<std::int64_t>(a.values.size());
-      const auto& v = a.values[static_cast<std::size_t>(rest / radix)];
-      rest %= radix;
-      out.push_back({a.key, v});
-    }
+    for (auto& f : axis_flags(k)) out.push_back(std::move(f));
     std::erase_if(out, [](const study_flag& f) { return f.value && *f.value == detail::study_false; });
     return out;
   }
   /// "preset=mean stride=4" (the axis values of unit k; "all" without axes).
   [[nodiscard]] std::string unit_label(std::int64_t k) const {
     std::string s;
-    const auto flags = unit_flags(k);
-    for (std::size_t i = fixed.size(); i < flags.size(); ++i)
-      s += (s.empty() ? "" : " ") + flags[i].key + "=" + (flags[i].value ? *flags[i].value : "true");
+    for (const auto& f : axis_flags(k)) {
+      if (!s.empty()) s += ' ';
+      s += f.key + "=" + (!f.value ? std::string("true") : *f.value == detail::study_false ? std::string("false") : *f.value);
+    }
     return s.empty() ? "all" : s;
+  }
+
+ private:
+  /// One flag per axis for unit k: mixed-radix digits of k, the first axis the most significant.
+  [[nodiscard]] std::vector<study_flag> axis_flags(std::int64_t k) const {
+    require(k >= 0 && k < units(), "unit", k, "must be in [0, " + std::to_string(units()) + ") (units of study " + name + ")");
+    std::vector<study_flag> out;
+    std::int64_t rest = k, radix = units();
+    for (const auto& a : axes) {
+      radix /= static_cast<std::int64_t>(a.values.size());
+      out.push_back({a.key, a.values[static_cast<std::size_t>(rest / radix)]});
+      rest %= radix;
+    }
+    return out;
   }
 };
 
@@ -126,7 +134,8 @@ inline std::optional<std::string> study_value(const ordered_json& v, const std::
     std::string s;
     for (const auto& e : v) {
       if (!e.is_number()) fail(where, json_excerpt(v), "must be an array of numbers only");
-      s += (s.empty() ? "" : ",") + e.dump();
+      if (!s.empty()) s += ',';
+      s += e.dump();
     }
     return s;
   }

@@ -114,7 +114,10 @@ template <class Getenv>
   };
   launched_shard out;
   auto note = [&](const char* name) {
-    if (const char* v = get(name)) out.job += (out.job.empty() ? "" : " ") + std::string(name) + "=" + io::detail::excerpt(v, 24);
+    if (const char* v = get(name)) {
+      if (!out.job.empty()) out.job += ' ';
+      out.job += std::string(name) + "=" + io::detail::excerpt(v, 24);
+    }
   };
   const index_t big = max_shard_count;
   // outer: a Slurm job array
@@ -176,7 +179,8 @@ template <class Getenv>
   if (launcher) {
     require(inner_index < inner_count, launcher == std::string_view("openmpi") ? "OMPI_COMM_WORLD_RANK" : "SLURM_PROCID",
             inner_index, "must be < the number of ranks " + std::to_string(inner_count));
-    out.launcher += (out.launcher.empty() ? "" : "+") + std::string(launcher);
+    if (!out.launcher.empty()) out.launcher += '+';
+    out.launcher += launcher;
   }
   if (out.launcher.empty())
     fail(parameter, "auto",
