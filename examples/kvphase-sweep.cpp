@@ -298,8 +298,7 @@ int main(int argc, char** argv) {
             kvphase::require(arg != flag && !arg.starts_with(flag + "="), flag, "on the command line",
                              "is set by the study file " + o.grid + " (" + f.key + "): remove it from the command line");
           }
-          unit_args.push_back(flag);
-          if (f.value) unit_args.push_back(*f.value);
+          unit_args.push_back(f.value ? flag + "=" + *f.value : flag);  // --key=value: a value "-3,0" stays a value
         }
         for (int a = 1; a < argc; ++a) unit_args.emplace_back(argv[a]);
         study_extra = {{"study", st.name}, {"study_hash", st.hash}, {"unit", unit}, {"units", st.units()},
