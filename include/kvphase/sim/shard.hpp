@@ -15,6 +15,7 @@
 ///    blank or other character) within the shard limits, and an inconsistent set is refused
 ///    naming the variable.
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -22,8 +23,13 @@
 #include <utility>
 
 #include "kvphase/core/error.hpp"
-#include "kvphase/core/types.hpp"
 #include "kvphase/io/text.hpp"
+
+namespace kvphase {
+/// The index type of core/types.hpp, declared again here so that this header (which
+/// io/provenance.hpp includes for the one shard parser) does not pull in Eigen.
+using index_t = std::ptrdiff_t;
+}  // namespace kvphase
 
 namespace kvphase::sim {
 
