@@ -315,8 +315,7 @@ int main(int argc, char** argv) {
       return *status;
     launched = keep;
     if (o.format.empty()) o.format = "csv";
-    if (!out_dir.empty()) {
-      cl::check_writable_dir(out_dir, "out-dir");
+    if (!out_dir.empty()) {  // (the directory is checked, and created, at the start of the run)
       o.out = out_dir + "/unit-" + study_extra["unit"].dump() + ".shard-" + std::to_string(launched.shard.index) + "-of-" +
               std::to_string(launched.shard.count) + "." + o.format;
     }
@@ -326,6 +325,7 @@ int main(int argc, char** argv) {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
     const sim::sweep_config c = make_config(o);
     if (o.theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
+    if (!o.out_dir.empty()) cl::check_writable_dir(o.out_dir, "out-dir");
     if (!o.out.empty()) cl::check_writable_file(o.out, "out");
     cl::progress_printer printer("kvphase-sweep");
     sim::sweep_progress progress;
