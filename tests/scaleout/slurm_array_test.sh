@@ -2,7 +2,7 @@
 # ctest scaleout.slurm_array: a single-node Slurm (munged, slurmctld, slurmd started by
 # scripts/slurm/local-cluster.sh in a temporary directory, stopped by their process ids) runs
 #  1. a 4-task array of a small sweep plus the dependent merge: the merged data rows must be
-#     byte-identical to the unsharded run;
+#     byte-identical to the unsharded run; the same for one `srun -n 2` job step;
 #  2. a study of 12 configurations x 2 shards (24 array tasks) plus the dependent study merge:
 #     one tidy table with every unit's rows, equal per unit to the unsharded run of that unit,
 #     and one heatmap (scripts/plot.py --heatmap context).
@@ -57,6 +57,16 @@ done
 cmp <(data_rows "$work/whole.csv") <(data_rows "$work/run/merged.csv") || fail "merged rows differ from the unsharded run"
 grep -q '^# merged_from: 4' "$work/run/merged.csv" || fail "merged output does not say merged_from: 4"
 echo "ok: 4-task array + afterok merge = unsharded run, byte for byte ($((SECONDS - t0)) s)"
+
+# 1b. the same sweep as one job step of 2 tasks (srun -n 2: SLURM_PROCID / SLURM_NTASKS)
+mkdir -p "$work/step"
+timeout 60 srun -n 2 --chdir="$work/step" "$bin/kvphase-sweep" --shard auto "${sweep_flags[@]}" --threads 1 --quiet \
+  --out "$work/step/part.{index}-of-{count}.csv" || fail "srun -n 2 kvphase-sweep --shard auto failed"
+grep -q "^# launcher: slurm-step .*SLURM_PROCID=1 SLURM_NTASKS=2" "$work/step/part.1-of-2.csv" ||
+  fail "step task 1 does not record its step in the provenance"
+"$bin/kvphase-merge" "$work"/step/part.*-of-2.csv --out "$work/step/merged.csv" 2> /dev/null
+cmp <(data_rows "$work/whole.csv") <(data_rows "$work/step/merged.csv") || fail "srun step rows differ from the unsharded run"
+echo "ok: srun -n 2 step + merge = unsharded run, byte for byte"
 
 # 2. a study of 12 configurations
 cat > "$work/study.json" <<'JSON'
