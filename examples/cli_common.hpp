@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -29,11 +30,13 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include <kvphase/core/error.hpp>
+#include <kvphase/sim/shard.hpp>
 
 namespace kvphase::cli {
 
@@ -236,6 +239,33 @@ inline CLI::Option* add_real(CLI::App& app, const std::string& name, double& var
 inline CLI::Option* add_reals(CLI::App& app, const std::string& name, std::vector<double>& var, double lo, double hi,
                               const std::string& help) {
   return app.add_option(name, var, help)->delimiter(',')->transform(real(lo, hi));
+}
+
+// ---- shards -----------------------------------------------------------------------------------
+
+/// The shard a --shard value names: "i/N", or "auto" for the launcher's environment (Slurm job
+/// array, srun step, mpirun: sim::shard_from_environment, which names what it found in
+/// launcher and job, both empty for "i/N"). Throws kvphase::error naming `parameter`.
+inline sim::launched_shard resolve_shard(const std::string& text, std::string_view parameter = "shard") {
+  if (text == "auto") return sim::shard_from_environment([](const char* name) { return std::getenv(name); }, parameter);
+  return {sim::shard_spec::parse(text, parameter), "", ""};
+}
+
+/// The output path of shard s: "{index}" and "{count}" in `pattern` replaced by the shard's
+/// index and count. A launcher that starts several processes (--shard auto with N > 1) needs
+/// "{index}" in a non-empty pattern, or every process would write the same file.
+inline std::string shard_path(const std::string& pattern, const sim::launched_shard& s, std::string_view parameter = "out") {
+  std::string out = pattern;
+  const bool has_index = out.find("{index}") != std::string::npos;
+  if (!s.launcher.empty() && s.shard.count > 1 && !out.empty())
+    require(has_index, parameter, pattern,
+            "must contain {index} when --shard auto runs " + std::to_string(s.shard.count) + " processes (" + s.launcher +
+                "), e.g. run.{index}-of-{count}.csv");
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"{index}", std::to_string(s.shard.index)},
+                                   {"{count}", std::to_string(s.shard.count)}})
+    for (auto at = out.find(key); at != std::string::npos; at = out.find(key, at + value.size()))
+      out.replace(at, key.size(), value);
+  return out;
 }
 
 // ---- output paths -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "progress.hpp"
 
 #include <kvphase/compress/presets.hpp>
+#include <kvphase/io/study.hpp>
 #include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
 
@@ -70,6 +71,10 @@ struct cli_options {
   std::uint64_t params_seed = 0;
   int threads = 0;
   std::string shard = "0/1";
+  std::string grid;                // study file (--grid), its unit (--unit), --list, --out-dir
+  std::optional<std::int64_t> unit;
+  bool list = false;
+  std::string out_dir;
   std::string format;
   std::string out;
   bool theory = false;
@@ -236,17 +241,91 @@ int main(int argc, char** argv) {
   cl::add_u64(app, "--params-seed", o.params_seed,
               "seed of the random compressor parameters of presets with learned projections");
   cl::add_int(app, "--threads", o.threads, 0, 1024, "threads (0: all cores); results do not depend on it");
-  app.add_option("--shard", o.shard, "run shard i/N of the trials (merge with kvphase-merge)")->capture_default_str();
+  app.add_option("--shard", o.shard,
+                 "run shard i/N of the trials (merge with kvphase-merge), or auto: i and N from the launcher "
+                 "(sbatch --array, srun, mpirun); with --grid and no --unit, task t of the whole study")
+      ->capture_default_str();
+  app.add_option("--grid", o.grid, "study file (JSON): a grid of configurations (docs/scale-out.md)");
+  app.add_option("--unit", o.unit, "run unit K of the --grid study")->transform(cl::integer<std::int64_t>(0, std::int64_t(1) << 20));
+  app.add_flag("--list", o.list, "print the units of the --grid study and its array size, then exit");
+  app.add_option("--out-dir", o.out_dir, "with --grid: write unit-K.shard-I-of-N.<format> into this directory");
   app.add_option("--format", o.format, "csv or json (default: from --out's extension, else csv)")
       ->check(CLI::IsMember({"csv", "json"}));
   app.add_option("--out,-o", o.out, "output file (default: standard output)");
   app.add_flag("--theory", o.theory, "add a theory column with the predicted recall per phase");
   app.add_flag("--quiet,-q", o.quiet, "no progress on stderr");
   if (const auto status = cl::parse(app, argc, argv, "kvphase-sweep")) return *status;
+  std::vector<std::string> unit_args;  // argv with a study unit's flags in front (--grid)
+  std::vector<char*> unit_argv;
+  nlohmann::json study_extra = nlohmann::json::object();
+  kvphase::sim::launched_shard launched;
+  if (const int status = cl::run("kvphase-sweep", [&] {
+        if (o.grid.empty()) {
+          kvphase::require(!o.unit && !o.list && o.out_dir.empty(), o.unit ? "unit" : o.list ? "list" : "out-dir",
+                           "given", "needs --grid");
+          launched = cl::resolve_shard(o.shard);
+          o.out = cl::shard_path(o.out, launched);
+          return 0;
+        }
+        const auto st = kvphase::io::parse_study(kvphase::io::read_text_file(o.grid), o.grid);
+        if (o.list) {
+          std::cout << "# study " << st.name << " (" << o.grid << ", hash " << st.hash << "): " << st.units()
+                    << " units x " << st.shards << " shards = " << st.tasks() << " array tasks (sbatch --array=0-"
+                    << st.tasks() - 1 << ")\nunit\tconfiguration\n";
+          for (std::int64_t k = 0; k < st.units(); ++k) std::cout << k << '\t' << st.unit_label(k) << '\n';
+          return 1;
+        }
+        kvphase::require(o.out.empty(), "out", o.out, "is replaced by --out-dir with --grid (one file per unit and shard)");
+        launched = cl::resolve_shard(o.shard);
+        std::int64_t unit = 0;
+        if (o.unit) {
+          unit = *o.unit;
+        } else {
+          const auto [u, i] = kvphase::io::study_task(st, launched.shard.index, launched.shard.count);
+          unit = u;
+          launched.shard = {i, st.shards};
+        }
+        const auto flags = st.unit_flags(unit);  // throws unless unit < units
+        unit_args.push_back(argv[0]);
+        for (const auto& f : flags) {
+          const std::string flag = "--" + f.key;
+          const CLI::Option* opt = app.get_option_no_throw(flag);
+          kvphase::require(opt != nullptr, o.grid + " key", f.key, "is not a kvphase-sweep flag");
+          kvphase::require((opt->get_type_size() == 0) == !f.value, o.grid + " key " + f.key,
+                           f.value ? *f.value : "true", f.value ? "is a flag without value: use true or false" : "needs a value");
+          for (int a = 1; a < argc; ++a) {
+            const std::string_view arg = argv[a];
+            kvphase::require(arg != flag && !arg.starts_with(flag + "="), flag, "on the command line",
+                             "is set by the study file " + o.grid + " (" + f.key + "): remove it from the command line");
+          }
+          unit_args.push_back(f.value ? flag + "=" + *f.value : flag);  // --key=value: a value "-3,0" stays a value
+        }
+        for (int a = 1; a < argc; ++a) unit_args.emplace_back(argv[a]);
+        study_extra = {{"study", st.name}, {"study_hash", st.hash}, {"unit", unit}, {"units", st.units()},
+                       {"unit_label", st.unit_label(unit)}};
+        return 0;
+      }))
+    return status == 1 ? 0 : status;
+  if (!unit_args.empty()) {  // parse again with the unit's flags in front of the command line
+    for (auto& a : unit_args) unit_argv.push_back(a.data());
+    unit_argv.push_back(nullptr);
+    const kvphase::sim::launched_shard keep = launched;
+    const std::string out_dir = o.out_dir;
+    if (const auto status = cl::parse(app, static_cast<int>(unit_args.size()), unit_argv.data(), "kvphase-sweep"))
+      return *status;
+    launched = keep;
+    if (o.format.empty()) o.format = "csv";
+    if (!out_dir.empty()) {  // (the directory is checked, and created, at the start of the run)
+      o.out = out_dir + "/unit-" + study_extra["unit"].dump() + ".shard-" + std::to_string(launched.shard.index) + "-of-" +
+              std::to_string(launched.shard.count) + "." + o.format;
+    }
+  }
+  o.shard = std::to_string(launched.shard.index) + "/" + std::to_string(launched.shard.count);
   return cl::run("kvphase-sweep", [&] {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
     const sim::sweep_config c = make_config(o);
     if (o.theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
+    if (!o.out_dir.empty()) cl::check_writable_dir(o.out_dir, "out-dir");
     if (!o.out.empty()) cl::check_writable_file(o.out, "out");
     cl::progress_printer printer("kvphase-sweep");
     sim::sweep_progress progress;
@@ -254,7 +333,10 @@ int main(int argc, char** argv) {
     const auto r = sim::run_sweep(c, progress);
     printer.finish();
     nlohmann::json extra{{"program", "kvphase-sweep"}, {"preset", o.preset}, {"format", o.format}, {"out", o.out}};
-    const auto out = sim::to_output(r, {.extra_config = extra, .argc = argc, .argv = argv, .theory = o.theory});
+    extra.update(study_extra);
+    auto out = sim::to_output(r, {.extra_config = extra, .argc = argc, .argv = argv, .theory = o.theory});
+    out.prov.launcher = launched.launcher;
+    out.prov.job = launched.job;
     const std::string text = sim::output_text(out, o.format);
     if (o.out.empty()) {
       std::cout << text << std::flush;

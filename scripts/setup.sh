@@ -19,6 +19,7 @@ packages=(
   catch2 libbenchmark-dev librandom123-dev libcli11-dev nlohmann-json3-dev
   libomp-dev python3 python3-matplotlib python3-numpy time
   clang libclang-rt-14-dev
+  slurm-wlm munge openmpi-bin
 )
 if [ "$with_torch" -eq 1 ]; then packages+=(python3-torch); fi
 

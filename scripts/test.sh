@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine if needed, builds kvphase, and runs every test:
 #   1. release build (-O3 -march=native): unit tests, header checks, consumer projects,
-#      example runs and benchmark smoke runs;
+#      example runs and benchmark smoke runs; then, when slurm-wlm, munge and openmpi-bin are
+#      installed, the scale-out tests (label scaleout: a local Slurm and mpirun, one at a time);
 #   2. address + undefined sanitizer build of the tests.
 #   3. when clang++ is present, a fuzz smoke run of every libFuzzer target (scripts/fuzz.sh: a
 #      180 s budget shared by the targets, at least 10 s each).
@@ -12,13 +13,18 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 scripts/setup.sh
 
-label_args=(-LE slow)
-if [ "${KVPHASE_WITH_SLOW:-0}" = "1" ]; then label_args=(); fi
+label_args=(-LE "slow|scaleout")
+if [ "${KVPHASE_WITH_SLOW:-0}" = "1" ]; then label_args=(-LE scaleout); fi
 
 echo "== release build =="
 scripts/build.sh build/release
 echo "== release tests =="
 ctest --test-dir build/release --output-on-failure -j "$(nproc)" "${label_args[@]}"
+# Slurm job array and mpirun with real daemons (registered only when the packages are present)
+if ctest --test-dir build/release -N -L scaleout | grep -q "scaleout\."; then
+  echo "== scale-out tests (local Slurm, mpirun) =="
+  ctest --test-dir build/release --output-on-failure -L scaleout
+fi
 
 if [ "${KVPHASE_SKIP_ASAN:-0}" != "1" ]; then
   echo "== address+undefined sanitizer build =="

@@ -3,23 +3,63 @@
 // parsed into an app with the option kinds the programs use (signed and unsigned integers,
 // doubles, comma-separated lists, choices, flags, positional files). The only outcomes allowed
 // are "go on" and an exit status of 0 (--help) or 2 (a bad command line).
+//
+// The other inputs a command line brings in are fuzzed here too (one target, no extra CI time):
+//  - an input starting with "STUDY\n" is a study file (io::parse_study, --grid): it must parse
+//    or throw kvphase::error, and a parsed study maps every array task to a valid unit;
+//  - lines "ENV NAME=VALUE" are a launcher's environment for `--shard auto`
+//    (sim::shard_from_environment): a result is a valid shard, anything else kvphase::error.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include <map>
+
+#include <kvphase/io/study.hpp>
+
 #include "cli_common.hpp"
 #include "fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text = kvphase::fuzz::as_text(data, size);
+  if (text.starts_with("STUDY\n")) {
+    kvphase::fuzz::expect_result_or_error([&] {
+      const auto st = kvphase::io::parse_study(text.substr(6), "fuzz.json");
+      kvphase::fuzz::check(st.units() >= 1 && st.tasks() <= (std::int64_t(1) << 20), "study sizes in range");
+      for (const std::int64_t t : {std::int64_t(0), st.tasks() / 2, st.tasks() - 1}) {
+        const auto [unit, shard] = kvphase::io::study_task(st, t, st.tasks());
+        kvphase::fuzz::check(unit >= 0 && unit < st.units() && shard >= 0 && shard < st.shards, "task maps into the study");
+        (void)st.unit_label(unit);
+      }
+    });
+    return 0;
+  }
   std::vector<std::string> args{"kvphase-fuzz"};
+  std::map<std::string, std::string> env;
   for (std::size_t at = 0; at < text.size() && args.size() < 64;) {
     auto end = text.find('\n', at);
     if (end == std::string_view::npos) end = text.size();
-    args.emplace_back(text.substr(at, end - at));
+    const std::string_view line = text.substr(at, end - at);
+    if (line.starts_with("ENV ") && line.find('=') != std::string_view::npos) {
+      const auto eq = line.find('=');
+      env[std::string(line.substr(4, eq - 4))] = std::string(line.substr(eq + 1));
+    } else {
+      args.emplace_back(line);
+    }
     at = end + 1;
+  }
+  if (!env.empty()) {
+    kvphase::fuzz::expect_result_or_error([&] {
+      const auto s = kvphase::sim::shard_from_environment([&](const char* name) -> const char* {
+        const auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      });
+      kvphase::fuzz::check(s.shard.count >= 1 && s.shard.count <= kvphase::sim::max_shard_count &&
+                               s.shard.index >= 0 && s.shard.index < s.shard.count && !s.launcher.empty(),
+                           "launcher shard is valid");
+    });
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -48,5 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   app.add_option("inputs", inputs);
   const auto status = kvphase::cli::parse(app, static_cast<int>(args.size()), argv.data(), "kvphase-fuzz");
   kvphase::fuzz::check(!status || *status == 0 || *status == 2, "cli::parse exits 0 or 2");
+  if (!status && shard != "auto")  // the --shard value through the one i/N parser
+    kvphase::fuzz::expect_result_or_error([&] { (void)kvphase::cli::resolve_shard(shard); });
   return 0;
 }

@@ -31,6 +31,7 @@
 #include "kvphase/core/error.hpp"
 #include "kvphase/io/json.hpp"
 #include "kvphase/io/text.hpp"
+#include "kvphase/sim/shard.hpp"
 #include "kvphase/version.hpp"
 
 #if defined(KVPHASE_HAVE_BUILD_INFO) && __has_include(<kvphase_build_info.hpp>)
@@ -114,7 +115,7 @@ inline std::string join_command_line(int argc, const char* const* argv) {
 }
 
 /// Largest shard count a provenance may carry (the sweep's own limit, sim::shard_spec).
-inline constexpr std::int64_t max_shard_count = std::int64_t{1} << 20;
+inline constexpr std::int64_t max_shard_count = sim::max_shard_count;
 /// Largest thread count a provenance may carry.
 inline constexpr std::int64_t max_threads = 65536;
 
@@ -132,6 +133,8 @@ struct provenance {
   std::int64_t shard_index = 0;  ///< 0-based shard i of shard_count (i/N); 0/1 = whole run
   std::int64_t shard_count = 1;
   std::int64_t merged_from = 0;  ///< number of shards merged into this output (0 = not merged)
+  std::string launcher;  ///< what set the shard: "" (the command line), "slurm-array", "openmpi", ...
+  std::string job;       ///< the launcher's job ids ("SLURM_ARRAY_JOB_ID=41 SLURM_ARRAY_TASK_ID=3")
   std::string date = utc_now_iso8601();
   std::string command_line;
   nlohmann::json config = nlohmann::json::object();  ///< full run configuration
@@ -172,29 +175,16 @@ inline provenance make_provenance(nlohmann::json config, std::uint64_t seed, int
 }
 
 /// Parses "i/N" (0-based i, 0 ≤ i < N, 1 ≤ N ≤ max_shard_count) into {i, N}; throws
-/// kvphase::error naming `parameter` otherwise.
+/// kvphase::error naming `parameter` otherwise. (The one shard parser: sim::shard_spec::parse.)
 inline std::pair<std::int64_t, std::int64_t> parse_shard(std::string_view text,
                                                          std::string_view parameter = "shard") {
-  const std::string s(text.substr(0, 64));
-  const auto slash = s.find('/');
-  auto bad = [&] { fail(parameter, detail::excerpt(text), "must be i/N with integers 0 <= i < N, 1 <= N <= 2^20"); };
-  if (text.size() > 40) bad();
-  if (slash == std::string::npos || slash == 0 || slash + 1 >= s.size()) bad();
-  auto digits = [](std::string_view d) {
-    if (d.empty() || d.size() > 18) return false;
-    for (char c : d)
-      if (c < '0' || c > '9') return false;
-    return true;
-  };
-  const std::string a = s.substr(0, slash), b = s.substr(slash + 1);
-  if (!digits(a) || !digits(b)) bad();
-  const std::int64_t i = std::stoll(a), n = std::stoll(b);
-  if (n < 1 || n > max_shard_count || i >= n) bad();
-  return {i, n};
+  const auto s = sim::shard_spec::parse(text, parameter);
+  return {s.index, s.count};
 }
 
 /// JSON object with every field (keys: version, git_hash, compiler, flags, build_type,
-/// isa_compiled, isa_runtime, seed, threads, shard ("i/N"), merged_from, date, command_line, config).
+/// isa_compiled, isa_runtime, seed, threads, shard ("i/N"), merged_from, date, command_line, config;
+/// launcher and job only when a launcher set the shard, i.e. launcher is not empty).
 inline nlohmann::json to_json(const provenance& p) {
   nlohmann::json j = nlohmann::json::object();
   j["version"] = p.version;
@@ -208,6 +198,10 @@ inline nlohmann::json to_json(const provenance& p) {
   j["threads"] = p.threads;
   j["shard"] = p.shard_text();
   j["merged_from"] = p.merged_from;
+  if (!p.launcher.empty()) {
+    j["launcher"] = p.launcher;
+    j["job"] = p.job;
+  }
   j["date"] = p.date;
   j["command_line"] = p.command_line;
   j["config"] = p.config;
@@ -251,6 +245,10 @@ inline provenance provenance_from_json(nlohmann::json j, std::string_view source
   str("isa_runtime", p.isa_runtime);
   str("date", p.date);
   str("command_line", p.command_line);
+  if (j.contains("launcher")) {
+    str("launcher", p.launcher);
+    str("job", p.job);
+  }
   if (const auto it = j.find("seed"); it != j.end()) {
     if (!(it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0)))
       fail(where + ".seed", detail::json_excerpt(*it), "must be an integer in [0, 2^64)");
@@ -287,6 +285,7 @@ inline std::string to_csv_comment(const provenance& p) {
   os << "# threads: " << p.threads << '\n';
   os << "# shard: " << p.shard_text() << '\n';
   if (p.merged_from > 0) os << "# merged_from: " << p.merged_from << '\n';
+  if (!p.launcher.empty()) os << "# launcher: " << one_line(p.launcher) << " " << one_line(p.job) << '\n';
   os << "# date: " << one_line(p.date) << '\n';
   os << "# command_line: " << one_line(p.command_line) << '\n';
   os << "# config: " << p.config.dump() << '\n';
