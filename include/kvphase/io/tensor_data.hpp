@@ -347,7 +347,10 @@ inline std::uint64_t checked_numel(std::span<const std::int64_t> shape, std::siz
 
 inline std::string shape_text(std::span<const std::int64_t> shape) {
   std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
