@@ -183,5 +183,5 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME example.inspect_planted_slot
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/inspect_check.py $<TARGET_FILE:kvphase-inspect>
             ${CMAKE_CURRENT_BINARY_DIR}/inspect_check)
-  set_tests_properties(example.inspect_planted_slot PROPERTIES LABELS "unit;examples")
+  set_tests_properties(example.inspect_planted_slot PROPERTIES LABELS "example;inspect")
 endif()
