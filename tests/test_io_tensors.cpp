@@ -3,7 +3,9 @@
 // element decoders against a double reference built from each format's definition.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <iostream>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -385,4 +387,57 @@ TEST_CASE("safetensors: sharded checkpoints through model.safetensors.index.json
   CHECK_THROWS_WITH(safetensors_checkpoint(dir.string()), Catch::Contains("not valid JSON"));
   // a single file opens directly
   CHECK(safetensors_checkpoint((dir / "model-00001-of-00002.safetensors").string()).values<float>("x") == std::vector<float>{1, 2});
+}
+
+namespace {
+/// Resident set size of this process in bytes (VmRSS).
+std::size_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return static_cast<std::size_t>(std::stoull(line.substr(6))) * 1024;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("safetensors: a 1 GiB BF16 file streams with resident memory far below its size", "[io][tensors][slow]") {
+  // written in pieces (never whole in memory): one BF16 tensor of 2^29 elements, value i mod 251
+  const std::uint64_t n = std::uint64_t(1) << 29;
+  const auto p = tmp_path("big.safetensors");
+  {
+    std::string h = R"({"big":{"dtype":"BF16","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" +
+                    std::to_string(2 * n) + "]}}";
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::ofstream f(p, std::ios::binary | std::ios::trunc);
+    const std::uint64_t hl = h.size();
+    f.write(reinterpret_cast<const char*>(&hl), 8);
+    f << h;
+    std::vector<std::uint16_t> piece(std::size_t(1) << 20);
+    for (std::uint64_t first = 0; first < n; first += piece.size()) {
+      for (std::size_t i = 0; i < piece.size(); ++i) piece[i] = io::float_to_bf16(static_cast<float>((first + i) % 251));
+      f.write(reinterpret_cast<const char*>(piece.data()), static_cast<std::streamsize>(2 * piece.size()));
+    }
+    REQUIRE(f.good());
+  }
+  const std::size_t before = resident_bytes();
+  std::size_t peak = before;
+  double sum = 0;
+  std::uint64_t bad = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    const safetensors_file f(p);
+    f.stream<float>("big", std::size_t(1) << 20, [&](std::span<const float> piece, std::uint64_t first) {
+      for (std::size_t i = 0; i < piece.size(); i += 4099) bad += piece[i] != static_cast<float>((first + i) % 251);
+      sum += piece[0];
+      if ((first >> 20) % 64 == 0) peak = std::max(peak, resident_bytes());
+    });
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::filesystem::remove(p);
+  CHECK(bad == 0);
+  CHECK(sum > 0);
+  const double grown_mib = static_cast<double>(peak - std::min(peak, before)) / (1 << 20);
+  std::cout << "1 GiB BF16 streamed in " << sec << " s (" << 1.0737e9 / sec / 1e9 << " GB/s of file), resident growth "
+            << grown_mib << " MiB\n";
+  CHECK(grown_mib < 64.0);  // far below the 1024 MiB file
 }
