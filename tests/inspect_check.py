@@ -38,6 +38,11 @@ def npy(path, rows, cols, values):
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + struct.pack("<%df" % len(values), *values))
 
 
+def models_of(work, layer):
+    with open(os.path.join(work, "layer%d.json" % layer)) as f:
+        return {m["model"]: m for m in json.load(f)["models"]}
+
+
 def run(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -68,7 +73,10 @@ def main():
     safetensors(ck, t)
     N = 400
     acts = os.path.join(work, "hidden.npy")
-    npy(acts, N, D, gauss(N * D))
+    hidden = gauss(N * D)
+    npy(acts, N, D, hidden)
+    acts_st = os.path.join(work, "hidden.safetensors")
+    safetensors(acts_st, {"h": ([N, D], hidden), "other": ([1], [0.0])})
 
     w = json.loads(run([exe, ck, "--rope-dim", "4", "--format", "json"]))
     layers = {e["layer"]: e for e in w["layers"]}
@@ -99,6 +107,20 @@ def main():
         assert min(p["recall"] for p in full["phases"]) >= 0.9, [p["recall"] for p in full["phases"]]
         print("layer %d (m = %d): compressed recall per phase %s, period p %.4g; full min %.3f" %
               (layer, m, ["%.2f" % x for x in rec], comp["period_p"], min(p["recall"] for p in full["phases"])))
+    # the same activations from a safetensors file give the same counts
+    a = json.loads(run([exe, ck, "--layer", "0", "--activations", acts_st, "--activations-tensor", "h", "--rope-dim", "4",
+                        "--permutations", "99", "--bootstrap", "0", "--format", "json"]))
+    assert [p["hits"] for p in a["models"][0]["phases"]] == [p["hits"] for p in models_of(work, 0)["compressed"]["phases"]]
+
+    # bad input exits 2 naming what was wrong
+    for args, needle in (([os.path.join(work, "missing.safetensors")], "cannot be opened"),
+                         ([ck, "--layer", "0", "--activations", acts_st, "--rope-dim", "4"], "name one with the tensor flag"),
+                         ([ck, "--layer", "5", "--rope-dim", "4"], "missing"),
+                         ([ck, "--layer", "0", "--activations", os.path.join(work, "model.safetensors"),
+                           "--activations-tensor", P0 + ".kv_norm.weight", "--rope-dim", "4"], "columns"),
+                         ([ck, "--rope-dim", "x"], "--rope-dim")):
+        p = subprocess.run([exe] + args, capture_output=True, text=True)
+        assert p.returncode == 2 and needle in p.stderr, (args, p.returncode, p.stderr)
     print("inspect_check: ok")
 
 
