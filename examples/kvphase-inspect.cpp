@@ -45,7 +45,7 @@ struct options {
   index_t modulus = 0;
   std::int64_t permutations = 9999, bootstrap = 2000;
   std::uint64_t seed = 0;
-  std::string format, out;
+  std::string format, out, config;
 };
 
 matrixd read_matrix(const std::string& path, const std::string& tensor, const std::string& what) {
@@ -64,7 +64,7 @@ nlohmann::json config_json(const options& o) {
   return {{"program", "kvphase-inspect"}, {"checkpoint", o.checkpoint}, {"layers", o.layers},
           {"activations", o.activations}, {"activations_tensor", o.activations_tensor}, {"queries", o.queries},
           {"queries_tensor", o.queries_tensor}, {"rope_dim", o.rope_dim}, {"rope_theta", o.rope_theta},
-          {"yarn_factor", o.yarn_factor}, {"yarn_original", o.yarn_original}, {"indexer", o.indexer},
+          {"yarn_factor", o.yarn_factor}, {"yarn_original", o.yarn_original}, {"config", o.config}, {"indexer", o.indexer},
           {"modulus", o.modulus}, {"format", o.format}, {"out", o.out}};
 }
 
@@ -203,11 +203,12 @@ int main(int argc, char** argv) {
   app.add_option("--activations-tensor", o.activations_tensor, "tensor name in a safetensors activation file");
   app.add_option("--queries", o.queries, "queries (tokens x c) that look for each token (default: the token's own key)");
   app.add_option("--queries-tensor", o.queries_tensor, "tensor name in a safetensors query file");
+  app.add_option("--config", o.config, "config.json giving the compress rope (default: the checkpoint directory's)");
   app.add_flag("--indexer", o.indexer, "inspect the CSA layers' indexer compressor as well (weights) or instead (activations)");
-  cl::add_int(app, "--rope-dim", o.rope_dim, 0, 65536, "rotated channels of the compress rope (qk_rope_head_dim)");
-  cl::add_real(app, "--rope-theta", o.rope_theta, 1.0000001, 1e12, "compress rope base");
-  cl::add_real(app, "--yarn-factor", o.yarn_factor, 1.0, 1e6, "YaRN factor of the compress rope (1: none)");
-  cl::add_real(app, "--yarn-original", o.yarn_original, 1.0, 1e12, "YaRN original_max_position_embeddings");
+  cl::add_int(app, "--rope-dim", o.rope_dim, 0, 65536, "rotated channels of the compress rope (default: config.json, else 64)");
+  cl::add_real(app, "--rope-theta", o.rope_theta, 1.0000001, 1e12, "compress rope base (default: config.json, else 160000)");
+  cl::add_real(app, "--yarn-factor", o.yarn_factor, 1.0, 1e6, "YaRN factor of the compress rope, 1: none (default: config.json, else 16)");
+  cl::add_real(app, "--yarn-original", o.yarn_original, 1.0, 1e12, "YaRN original_max_position_embeddings (default: config.json, else 65536)");
   cl::add_int(app, "--modulus", o.modulus, 0, 4096, "phase groups (0: the compressor's stride)");
   cl::add_int(app, "--permutations", o.permutations, 0, 1000000, "permutations of the periodicity test");
   cl::add_int(app, "--bootstrap", o.bootstrap, 0, 1000000, "bootstrap replicates of the gap interval");
@@ -220,11 +221,22 @@ int main(int argc, char** argv) {
     if (o.format.empty()) o.format = (o.out.size() >= 5 && o.out.ends_with(".json")) ? "json" : "csv";
     if (!o.out.empty()) cl::check_writable_file(o.out, "out");
     const io::safetensors_checkpoint ck(o.checkpoint);
-    kc::v4_load_options lo;
-    lo.rope_dim = o.rope_dim;
-    lo.rope_theta = o.rope_theta;
-    lo.yarn = o.yarn_factor == 1.0 ? kc::yarn_config{} : kc::yarn_config{.factor = o.yarn_factor, .original_max_position = o.yarn_original};
-    const auto prov = io::make_provenance(config_json(o), o.seed, 1, argc, argv);
+    // the checkpoint's config.json (or --config) gives the compress rope; flags override it
+    kc::v4_load_options lo = o.config.empty() ? kc::v4_options_for(o.checkpoint) : kc::v4_options_from_config(o.config);
+    if (app.count("--rope-dim")) lo.rope_dim = o.rope_dim;
+    if (app.count("--rope-theta")) lo.rope_theta = o.rope_theta;
+    if (app.count("--yarn-factor") || app.count("--yarn-original")) {
+      if (!app.count("--yarn-factor")) o.yarn_factor = lo.yarn.enabled() ? lo.yarn.factor : o.yarn_factor;
+      if (!app.count("--yarn-original") && lo.yarn.enabled()) o.yarn_original = lo.yarn.original_max_position;
+      lo.yarn = o.yarn_factor == 1.0 ? kc::yarn_config{}
+                                     : kc::yarn_config{.factor = o.yarn_factor, .original_max_position = o.yarn_original};
+    }
+    nlohmann::json cj = config_json(o);  // with the compress rope actually used
+    cj["rope_dim"] = lo.rope_dim;
+    cj["rope_theta"] = lo.rope_theta;
+    cj["yarn_factor"] = lo.yarn.factor;
+    cj["yarn_original"] = lo.yarn.original_max_position;
+    const auto prov = io::make_provenance(cj, o.seed, 1, argc, argv);
     const std::string text = o.activations.empty() ? weights_report(o, ck, lo, prov) : activations_report(o, ck, lo, prov);
     if (o.out.empty()) {
       std::cout << text << std::flush;

@@ -121,6 +121,13 @@ def main():
                          ([ck, "--rope-dim", "x"], "--rope-dim")):
         p = subprocess.run([exe] + args, capture_output=True, text=True)
         assert p.returncode == 2 and needle in p.stderr, (args, p.returncode, p.stderr)
+    # a config.json beside the weights gives the compress rope (qk_rope_head_dim 4 here)
+    with open(os.path.join(work, "config.json"), "w") as f:
+        json.dump({"compress_rope_theta": 160000, "qk_rope_head_dim": 4,
+                   "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536}}, f)
+    w2 = json.loads(run([exe, ck, "--format", "json"]))
+    assert w2["provenance"]["config"]["rope_dim"] == 4 and w2["layers"] == w["layers"]
+    os.remove(os.path.join(work, "config.json"))
     print("inspect_check: ok")
 
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -223,4 +224,37 @@ TEST_CASE("a tiny 2-layer V4 checkpoint loads into operators that compress like 
   w.write(dir + "/model.safetensors");
   CHECK_THROWS_WITH(kc::load_v4_layer<float>(io::safetensors_checkpoint(dir), 0),
                     Catch::Contains("position_bias shape") && Catch::Contains("[m, 8]"));
+}
+
+TEST_CASE("config.json gives the compress rope and norm settings", "[compress][checkpoint]") {
+  const std::string dir = tmp_dir("config");
+  auto cfg = [&](const std::string& text) {
+    std::ofstream(dir + "/config.json") << text;
+    return kc::v4_options_for(dir);
+  };
+  // the nested form HF writes
+  auto o = cfg(R"({"head_dim": 512, "rms_norm_eps": 1e-5, "rope_parameters": {"main": {"rope_type": "default",
+    "rope_theta": 10000, "partial_rotary_factor": 0.125}, "compress": {"rope_type": "yarn", "rope_theta": 160000,
+    "partial_rotary_factor": 0.125, "factor": 16, "original_max_position_embeddings": 65536, "beta_fast": 32,
+    "beta_slow": 1, "attention_factor": 1.0}}})");
+  CHECK(o.rope_theta == 160000);
+  CHECK(o.rope_dim == 64);
+  CHECK(o.rms_eps == 1e-5);
+  CHECK(o.yarn.factor == 16);
+  CHECK(o.yarn.original_max_position == 65536);
+  // the flat form of DeepSeek's own config: compress_rope_theta, qk_rope_head_dim, rope_scaling
+  o = cfg(R"({"compress_rope_theta": 40000, "qk_rope_head_dim": 32, "rope_scaling": {"type": "yarn", "factor": 4,
+    "original_max_position_embeddings": 4096}})");
+  CHECK(o.rope_theta == 40000);
+  CHECK(o.rope_dim == 32);
+  CHECK(o.yarn.factor == 4);
+  CHECK(o.yarn.beta_fast == 32);
+  o = cfg(R"({"compress_rope_theta": 40000})");
+  CHECK_FALSE(o.yarn.enabled());
+  CHECK_THROWS_WITH(cfg(R"({"compress_rope_theta": "big"})"), Catch::Contains("compress_rope_theta") && Catch::Contains("number"));
+  CHECK_THROWS_WITH(cfg(R"({"rope_scaling": {"type": "linear", "factor": 2}})"), Catch::Contains("default or yarn"));
+  CHECK_THROWS_WITH(cfg(R"({"rope_scaling": {"type": "yarn", "factor": 2}})"), Catch::Contains("original_max_position"));
+  CHECK_THROWS_WITH(cfg("{"), Catch::Contains("config.json"));
+  std::filesystem::remove(dir + "/config.json");
+  CHECK(kc::v4_options_for(dir).rope_theta == 160000);  // defaults without a config
 }

@@ -24,7 +24,14 @@
 /// dequantised by the reader.
 ///
 /// Every missing tensor or inconsistent shape is a kvphase::error naming the tensor.
+///
+/// v4_options_from_config reads those values from the checkpoint's config.json (Hugging Face
+/// DeepseekV4Config): the compress rope from rope_parameters.compress (nested form) or from
+/// compress_rope_theta with a flat rope_parameters / rope_scaling (rope_type "yarn": factor,
+/// original_max_position_embeddings, beta_fast, beta_slow), the rotated channels from
+/// qk_rope_head_dim or head_dim × partial_rotary_factor, and rms_norm_eps.
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +40,7 @@
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/io/json.hpp"
 #include "kvphase/io/safetensors.hpp"
 
 namespace kvphase::compress {
@@ -47,6 +55,86 @@ struct v4_load_options {
   std::vector<double> inv_freq{};                   ///< explicit inverse frequencies (replace θ and YaRN)
   double rms_eps = 1e-6;                            ///< rms_norm_eps
 };
+
+/// The load options a config.json states (see the file comment); keys it lacks keep the
+/// defaults. Throws kvphase::error naming the file and the key for unreadable JSON or a value of
+/// the wrong type.
+inline v4_load_options v4_options_from_config(const std::string& path) {
+  const io::mapped_file m(path);
+  const std::string_view text(reinterpret_cast<const char*>(m.bytes().data()), m.size());
+  const auto j = io::parse_json_as<nlohmann::json>(text, path);
+  require(j.is_object(), path, "(not an object)", "a config.json must be a JSON object");
+  v4_load_options o;
+  auto number = [&](const nlohmann::json& obj, const char* key, double& out, const std::string& where) {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return false;
+    require(it->is_number(), path + " " + where + key, io::detail::json_excerpt(*it), "must be a number");
+    out = it->get<double>();
+    return true;
+  };
+  double v = 0;
+  number(j, "compress_rope_theta", o.rope_theta, "");
+  number(j, "rms_norm_eps", o.rms_eps, "");
+  double head_dim = 512, factor = -1;
+  number(j, "head_dim", head_dim, "");
+  if (number(j, "qk_rope_head_dim", v, "")) o.rope_dim = static_cast<index_t>(v);
+  else if (number(j, "partial_rotary_factor", factor, "")) o.rope_dim = static_cast<index_t>(head_dim * factor);
+  // the rope parameters of the compressed layers
+  const nlohmann::json* rp = nullptr;
+  std::string where;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    require(it->is_object(), path + " " + key, io::detail::json_excerpt(*it), "must be an object");
+    const auto c = it->find("compress");
+    if (c != it->end()) {
+      require(c->is_object(), path + " " + key + ".compress", io::detail::json_excerpt(*c), "must be an object");
+      rp = &*c;
+      where = std::string(key) + ".compress.";
+      number(*rp, "rope_theta", o.rope_theta, where);
+      if (number(*rp, "partial_rotary_factor", factor, where)) o.rope_dim = static_cast<index_t>(head_dim * factor);
+    } else {
+      rp = &*it;
+      where = std::string(key) + ".";
+    }
+    break;
+  }
+  o.yarn = yarn_config{};
+  if (rp != nullptr) {
+    std::string type = "default";
+    for (const char* key : {"rope_type", "type"}) {
+      const auto it = rp->find(key);
+      if (it == rp->end()) continue;
+      require(it->is_string(), path + " " + where + key, io::detail::json_excerpt(*it), "must be a string");
+      type = it->get<std::string>();
+      break;
+    }
+    if (type == "yarn") {
+      o.yarn = yarn_config{.factor = 1.0, .original_max_position = 0.0, .beta_fast = 32.0, .beta_slow = 1.0};
+      number(*rp, "factor", o.yarn.factor, where);
+      number(*rp, "original_max_position_embeddings", o.yarn.original_max_position, where);
+      number(*rp, "beta_fast", o.yarn.beta_fast, where);
+      number(*rp, "beta_slow", o.yarn.beta_slow, where);
+      o.yarn.validate();
+    } else {
+      require(type == "default", path + " " + where + "rope_type", type, "must be default or yarn for the compress rope");
+    }
+  }
+  require(o.rope_dim >= 0 && o.rope_dim % 2 == 0, path + " rotated channels", o.rope_dim, "must be even and >= 0");
+  return o;
+}
+
+/// v4_options_from_config(dir/config.json) when a checkpoint directory (or an index's or a
+/// file's directory) holds one, else the defaults.
+inline v4_load_options v4_options_for(const std::string& checkpoint_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(checkpoint_path);
+  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const fs::path cfg = dir / "config.json";
+  if (fs::exists(cfg, ec)) return v4_options_from_config(cfg.string());
+  return {};
+}
 
 /// One loaded compressor: its operator and its (single-head) parameters for input width d.
 template <class Real>
