@@ -54,18 +54,30 @@ matrixd read_matrix(const std::string& path, const std::string& tensor, const st
   std::string name = tensor;
   if (name.empty()) {
     const auto names = ck.names();
-    require(names.size() == 1, what, path, "holds " + std::to_string(names.size()) + " tensors: name one with the tensor flag");
+    require(names.size() == 1, what, path,
+            "holds " + std::to_string(names.size()) + " tensors: name one with the tensor flag");
     name = names[0];
   }
   return ck.matrix<double>(name);
 }
 
 nlohmann::json config_json(const options& o) {
-  return {{"program", "kvphase-inspect"}, {"checkpoint", o.checkpoint}, {"layers", o.layers},
-          {"activations", o.activations}, {"activations_tensor", o.activations_tensor}, {"queries", o.queries},
-          {"queries_tensor", o.queries_tensor}, {"rope_dim", o.rope_dim}, {"rope_theta", o.rope_theta},
-          {"yarn_factor", o.yarn_factor}, {"yarn_original", o.yarn_original}, {"config", o.config}, {"indexer", o.indexer},
-          {"modulus", o.modulus}, {"format", o.format}, {"out", o.out}};
+  return {{"program", "kvphase-inspect"},
+          {"checkpoint", o.checkpoint},
+          {"layers", o.layers},
+          {"activations", o.activations},
+          {"activations_tensor", o.activations_tensor},
+          {"queries", o.queries},
+          {"queries_tensor", o.queries_tensor},
+          {"rope_dim", o.rope_dim},
+          {"rope_theta", o.rope_theta},
+          {"yarn_factor", o.yarn_factor},
+          {"yarn_original", o.yarn_original},
+          {"config", o.config},
+          {"indexer", o.indexer},
+          {"modulus", o.modulus},
+          {"format", o.format},
+          {"out", o.out}};
 }
 
 std::string weights_report(const options& o, const io::safetensors_checkpoint& ck, const kc::v4_load_options& lo,
@@ -85,7 +97,8 @@ std::string weights_report(const options& o, const io::safetensors_checkpoint& c
   for (index_t l : layers) {
     const auto L = kc::load_v4_layer<double>(ck, l, lo);
     rows.push_back({l, "compressor", L.compressor.spec, kc::gate_slot_profile(L.compressor.spec, L.compressor.params)});
-    if (o.indexer && L.indexer) rows.push_back({l, "indexer", L.indexer->spec, kc::gate_slot_profile(L.indexer->spec, L.indexer->params)});
+    if (o.indexer && L.indexer)
+      rows.push_back({l, "indexer", L.indexer->spec, kc::gate_slot_profile(L.indexer->spec, L.indexer->params)});
   }
   const std::string not_covered =
       "not covered: channel-wise gates with content logits (the theory covers content-free linear pools)";
@@ -123,18 +136,28 @@ std::string weights_report(const options& o, const io::safetensors_checkpoint& c
     for (std::size_t s = 0; s < r.prof.histogram.size(); ++s) h += " " + std::to_string(r.prof.histogram[s]);
     w.comment(h);
   }
-  std::vector<std::string> head{"layer", "part", "pool", "window", "stride", "channel", "preferred_slot", "preferred_block_slot", "max_weight"};
-  const index_t wmax = std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.prof.window < b.prof.window; })->prof.window;
+  std::vector<std::string> head{
+      "layer", "part", "pool", "window", "stride", "channel", "preferred_slot", "preferred_block_slot", "max_weight"};
+  const index_t wmax = std::max_element(rows.begin(), rows.end(), [](const row& a, const row& b) {
+                         return a.prof.window < b.prof.window;
+                       })->prof.window;
   for (index_t s = 0; s < wmax; ++s) head.push_back("slot_" + std::to_string(s));
   w.row(head);
   for (const auto& r : rows)
     for (index_t k = 0; k < r.prof.channels; ++k) {
       const auto& p = r.prof.profile[static_cast<std::size_t>(k)];
       const index_t best = r.prof.preferred[static_cast<std::size_t>(k)];
-      std::vector<std::string> f{std::to_string(r.layer), r.part, kc::to_string(r.spec.pool), std::to_string(r.prof.window),
-                                 std::to_string(r.prof.stride), std::to_string(k), std::to_string(best),
-                                 std::to_string(best % r.prof.stride), io::format_shortest(p[static_cast<std::size_t>(best)])};
-      for (index_t s = 0; s < wmax; ++s) f.push_back(s < r.prof.window ? io::format_shortest(p[static_cast<std::size_t>(s)]) : "");
+      std::vector<std::string> f{std::to_string(r.layer),
+                                 r.part,
+                                 kc::to_string(r.spec.pool),
+                                 std::to_string(r.prof.window),
+                                 std::to_string(r.prof.stride),
+                                 std::to_string(k),
+                                 std::to_string(best),
+                                 std::to_string(best % r.prof.stride),
+                                 io::format_shortest(p[static_cast<std::size_t>(best)])};
+      for (index_t s = 0; s < wmax; ++s)
+        f.push_back(s < r.prof.window ? io::format_shortest(p[static_cast<std::size_t>(s)]) : "");
       w.row(f);
     }
   return os.str();
@@ -146,7 +169,8 @@ std::string activations_report(const options& o, const io::safetensors_checkpoin
   const auto L = kc::load_v4_layer<double>(ck, o.layers[0], lo);
   const auto& C = (o.indexer && L.indexer) ? *L.indexer : L.compressor;
   const matrixd x = read_matrix(o.activations, o.activations_tensor, "--activations");
-  require(x.cols() == C.d, "--activations columns", x.cols(), "must equal the layer's hidden width " + std::to_string(C.d));
+  require(x.cols() == C.d, "--activations columns", x.cols(),
+          "must equal the layer's hidden width " + std::to_string(C.d));
   matrixd q;
   if (!o.queries.empty()) q = read_matrix(o.queries, o.queries_tensor, "--queries");
   const auto r = kc::read_tokens<double>(C.spec, C.params, x, q);
@@ -168,7 +192,8 @@ std::string activations_report(const options& o, const io::safetensors_checkpoin
     for (index_t t = 0; t < r.targets; ++t) {
       const auto g = static_cast<std::size_t>(t % M);
       ++pc.trials[g];
-      pc.hits[g] += model == 0 ? r.hit_compressed[static_cast<std::size_t>(t)] : r.hit_full[static_cast<std::size_t>(t)];
+      pc.hits[g] +=
+          model == 0 ? r.hit_compressed[static_cast<std::size_t>(t)] : r.hit_full[static_cast<std::size_t>(t)];
       mass[g] += model == 0 ? r.mass_compressed[static_cast<std::size_t>(t)] : r.mass_full[static_cast<std::size_t>(t)];
       ret[g] += model == 0 ? r.retention[static_cast<std::size_t>(t)] : 1.0;
     }
@@ -194,21 +219,30 @@ std::string activations_report(const options& o, const io::safetensors_checkpoin
 
 int main(int argc, char** argv) {
   options o;
-  CLI::App app{"kvphase-inspect: the phase profile of a DeepSeek-V4 compressor layer from its weights and, with "
-               "--activations, from captured hidden states"};
-  app.add_option("checkpoint", o.checkpoint, "a .safetensors file, a directory or a model.safetensors.index.json")->required();
+  CLI::App app{
+      "kvphase-inspect: the phase profile of a DeepSeek-V4 compressor layer from its weights and, with "
+      "--activations, from captured hidden states"};
+  app.add_option("checkpoint", o.checkpoint, "a .safetensors file, a directory or a model.safetensors.index.json")
+      ->required();
   app.add_option("--layer", o.layers, "layer index (repeatable; default: every layer with a compressor)")
       ->transform(cl::integer<index_t>(0, index_t(1) << 20));
-  app.add_option("--activations", o.activations, "captured hidden states of the layer (tokens x hidden; .npy or safetensors)");
+  app.add_option("--activations", o.activations,
+                 "captured hidden states of the layer (tokens x hidden; .npy or safetensors)");
   app.add_option("--activations-tensor", o.activations_tensor, "tensor name in a safetensors activation file");
-  app.add_option("--queries", o.queries, "queries (tokens x c) that look for each token (default: the token's own key)");
+  app.add_option("--queries", o.queries,
+                 "queries (tokens x c) that look for each token (default: the token's own key)");
   app.add_option("--queries-tensor", o.queries_tensor, "tensor name in a safetensors query file");
   app.add_option("--config", o.config, "config.json giving the compress rope (default: the checkpoint directory's)");
-  app.add_flag("--indexer", o.indexer, "inspect the CSA layers' indexer compressor as well (weights) or instead (activations)");
-  cl::add_int(app, "--rope-dim", o.rope_dim, 0, 65536, "rotated channels of the compress rope (default: config.json, else 64)");
-  cl::add_real(app, "--rope-theta", o.rope_theta, 1.0000001, 1e12, "compress rope base (default: config.json, else 160000)");
-  cl::add_real(app, "--yarn-factor", o.yarn_factor, 1.0, 1e6, "YaRN factor of the compress rope, 1: none (default: config.json, else 16)");
-  cl::add_real(app, "--yarn-original", o.yarn_original, 1.0, 1e12, "YaRN original_max_position_embeddings (default: config.json, else 65536)");
+  app.add_flag("--indexer", o.indexer,
+               "inspect the CSA layers' indexer compressor as well (weights) or instead (activations)");
+  cl::add_int(app, "--rope-dim", o.rope_dim, 0, 65536,
+              "rotated channels of the compress rope (default: config.json, else 64)");
+  cl::add_real(app, "--rope-theta", o.rope_theta, 1.0000001, 1e12,
+               "compress rope base (default: config.json, else 160000)");
+  cl::add_real(app, "--yarn-factor", o.yarn_factor, 1.0, 1e6,
+               "YaRN factor of the compress rope, 1: none (default: config.json, else 16)");
+  cl::add_real(app, "--yarn-original", o.yarn_original, 1.0, 1e12,
+               "YaRN original_max_position_embeddings (default: config.json, else 65536)");
   cl::add_int(app, "--modulus", o.modulus, 0, 4096, "phase groups (0: the compressor's stride)");
   cl::add_int(app, "--permutations", o.permutations, 0, 1000000, "permutations of the periodicity test");
   cl::add_int(app, "--bootstrap", o.bootstrap, 0, 1000000, "bootstrap replicates of the gap interval");
@@ -228,8 +262,9 @@ int main(int argc, char** argv) {
     if (app.count("--yarn-factor") || app.count("--yarn-original")) {
       if (!app.count("--yarn-factor")) o.yarn_factor = lo.yarn.enabled() ? lo.yarn.factor : o.yarn_factor;
       if (!app.count("--yarn-original") && lo.yarn.enabled()) o.yarn_original = lo.yarn.original_max_position;
-      lo.yarn = o.yarn_factor == 1.0 ? kc::yarn_config{}
-                                     : kc::yarn_config{.factor = o.yarn_factor, .original_max_position = o.yarn_original};
+      lo.yarn = o.yarn_factor == 1.0
+                    ? kc::yarn_config{}
+                    : kc::yarn_config{.factor = o.yarn_factor, .original_max_position = o.yarn_original};
     }
     nlohmann::json cj = config_json(o);  // with the compress rope actually used
     cj["rope_dim"] = lo.rope_dim;
@@ -237,7 +272,8 @@ int main(int argc, char** argv) {
     cj["yarn_factor"] = lo.yarn.factor;
     cj["yarn_original"] = lo.yarn.original_max_position;
     const auto prov = io::make_provenance(cj, o.seed, 1, argc, argv);
-    const std::string text = o.activations.empty() ? weights_report(o, ck, lo, prov) : activations_report(o, ck, lo, prov);
+    const std::string text =
+        o.activations.empty() ? weights_report(o, ck, lo, prov) : activations_report(o, ck, lo, prov);
     if (o.out.empty()) {
       std::cout << text << std::flush;
     } else {

@@ -30,12 +30,13 @@ matrixf random_matrix(index_t r, index_t c, std::uint64_t seed, double sd = 1.0)
 /// The V4 operators as the published code defines them (CSA: W = 8, S = 4 two-stream; HCA:
 /// W = S = 128 channel gate; RMSNorm with weight; RoPE at i·S, θ 160000, the last 64 channels).
 kc::operator_spec v4_spec(bool csa) {
-  return kc::operator_spec{.grid = csa ? kc::chunk_grid{.window = 8, .stride = 4} : kc::chunk_grid{.window = 128, .stride = 128},
-                           .pool = csa ? kc::pool_kind::two_stream : kc::pool_kind::channel_gate,
-                           .content_std = 1.0,
-                           .rmsnorm = true,
-                           .rms_eps = 1e-6,
-                           .rope = {.anchor = kc::rope_anchor::start, .theta = 160000.0, .rope_dim = 4}};
+  return kc::operator_spec{
+      .grid = csa ? kc::chunk_grid{.window = 8, .stride = 4} : kc::chunk_grid{.window = 128, .stride = 128},
+      .pool = csa ? kc::pool_kind::two_stream : kc::pool_kind::channel_gate,
+      .content_std = 1.0,
+      .rmsnorm = true,
+      .rms_eps = 1e-6,
+      .rope = {.anchor = kc::rope_anchor::start, .theta = 160000.0, .rope_dim = 4}};
 }
 std::string tmp_dir(const std::string& name) {
   const auto d = std::filesystem::temp_directory_path() / "kvphase_test_compress_checkpoint" / name;
@@ -84,7 +85,8 @@ TEST_CASE("YaRN inverse frequencies of the V4 compress rope equal the hand-deriv
 
 TEST_CASE("compress: no complete entry gives zero rows; invalid shapes still throw", "[compress][checkpoint]") {
   const auto s = v4_spec(false);
-  const auto p = kc::make_params<float>(s, 16, {.seed = 3, .project_payload = true, .bias_std = 0.5, .rms_weight = true});
+  const auto p =
+      kc::make_params<float>(s, 16, {.seed = 3, .project_payload = true, .bias_std = 0.5, .rms_weight = true});
   const matrixf x = random_matrix(100, 16, 1);  // the first HCA entry needs 128 tokens
   const matrixf out = kc::compress(s, p, x);
   CHECK(out.rows() == 0);
@@ -95,7 +97,8 @@ TEST_CASE("compress: no complete entry gives zero rows; invalid shapes still thr
 
 TEST_CASE("project_tokens equals the compressor's own projections", "[compress][checkpoint]") {
   for (const auto& s : {v4_spec(true), v4_spec(false)}) {
-    const auto p = kc::make_params<float>(s, 32, {.seed = 5, .project_payload = true, .out_dim = 16, .bias_std = 0.5, .rms_weight = true});
+    const auto p = kc::make_params<float>(
+        s, 32, {.seed = 5, .project_payload = true, .out_dim = 16, .bias_std = 0.5, .rms_weight = true});
     const matrixf x = random_matrix(300, 32, 2);
     const auto pr = kc::project_tokens(s, p, x);
     const matrixf c = x * p.w_c;
@@ -210,7 +213,8 @@ TEST_CASE("a tiny 2-layer V4 checkpoint loads into operators that compress like 
     const matrixf got1 = kc::compress(l1.compressor.spec, l1.compressor.params, x);
     REQUIRE(got1.rows() == 2);
     CHECK((got1.array() == api(L1, false).array()).all());
-    CHECK_THROWS_WITH(kc::load_v4_layer<float>(ck, 2, opt), Catch::Contains("model.layers.2") && Catch::Contains("missing"));
+    CHECK_THROWS_WITH(kc::load_v4_layer<float>(ck, 2, opt),
+                      Catch::Contains("model.layers.2") && Catch::Contains("missing"));
   }
   // inconsistent shapes are errors naming the tensor
   io::safetensors_writer w;
@@ -251,9 +255,11 @@ TEST_CASE("config.json gives the compress rope and norm settings", "[compress][c
   CHECK(o.yarn.beta_fast == 32);
   o = cfg(R"({"compress_rope_theta": 40000})");
   CHECK_FALSE(o.yarn.enabled());
-  CHECK_THROWS_WITH(cfg(R"({"compress_rope_theta": "big"})"), Catch::Contains("compress_rope_theta") && Catch::Contains("number"));
+  CHECK_THROWS_WITH(cfg(R"({"compress_rope_theta": "big"})"),
+                    Catch::Contains("compress_rope_theta") && Catch::Contains("number"));
   CHECK_THROWS_WITH(cfg(R"({"rope_scaling": {"type": "linear", "factor": 2}})"), Catch::Contains("default or yarn"));
-  CHECK_THROWS_WITH(cfg(R"({"rope_scaling": {"type": "yarn", "factor": 2}})"), Catch::Contains("original_max_position"));
+  CHECK_THROWS_WITH(cfg(R"({"rope_scaling": {"type": "yarn", "factor": 2}})"),
+                    Catch::Contains("original_max_position"));
   CHECK_THROWS_WITH(cfg("{"), Catch::Contains("config.json"));
   std::filesystem::remove(dir + "/config.json");
   CHECK(kc::v4_options_for(dir).rope_theta == 160000);  // defaults without a config

@@ -5,11 +5,11 @@
 
 #include <chrono>
 #include <cmath>
-#include <iostream>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,7 +111,8 @@ TEST_CASE("element decoders equal the double reference for every code", "[io][te
     REQUIRE(same(f16_to_float(static_cast<std::uint16_t>(c)), ref_f16(static_cast<std::uint16_t>(c))));
     REQUIRE(same(bf16_to_float(static_cast<std::uint16_t>(c)), ref_bf16(static_cast<std::uint16_t>(c))));
   }
-  for (int c = 0; c < 256; ++c) REQUIRE(same(f8_e4m3_to_float(static_cast<std::uint8_t>(c)), ref_f8(static_cast<std::uint8_t>(c))));
+  for (int c = 0; c < 256; ++c)
+    REQUIRE(same(f8_e4m3_to_float(static_cast<std::uint8_t>(c)), ref_f8(static_cast<std::uint8_t>(c))));
   CHECK(f8_e4m3_to_float(0x7e) == 448.0f);
   // the bulk kernel equals the scalar codecs (both byte orders)
   std::vector<std::byte> raw(2 * 65536);
@@ -173,8 +174,8 @@ TEST_CASE("npy: write/read round trip over versions, byte orders, orders and dty
   for (int i = 0; i < 24; ++i) vals[i] = (i % 2 ? -1.0 : 1.0) * (i * 0.5);
   for (bool big : {false, true})
     for (bool fortran : {false, true})
-      for (tensor_dtype dt : {tensor_dtype::f16, tensor_dtype::f32, tensor_dtype::f64, tensor_dtype::i8, tensor_dtype::i16,
-                              tensor_dtype::i32, tensor_dtype::i64}) {
+      for (tensor_dtype dt : {tensor_dtype::f16, tensor_dtype::f32, tensor_dtype::f64, tensor_dtype::i8,
+                              tensor_dtype::i16, tensor_dtype::i32, tensor_dtype::i64}) {
         std::vector<double> v = vals;
         if (!is_float_dtype(dt))
           for (auto& x : v) x = std::round(x);
@@ -202,7 +203,8 @@ TEST_CASE("npy: write/read round trip over versions, byte orders, orders and dty
   std::memcpy(d.data(), &x, 8);
   CHECK(npy_view(npy_image(h, d, 2), "v2.npy").values<double>()[0] == 2.25);
   CHECK(npy_view(npy_image(h, d, 3), "v3.npy").values<double>()[0] == 2.25);
-  CHECK(npy_view(npy_image("{\"descr\": \"|u1\", \"shape\": (2,), \"fortran_order\": True}", bytes_of("\x05\x07")), "u1.npy")
+  CHECK(npy_view(npy_image("{\"descr\": \"|u1\", \"shape\": (2,), \"fortran_order\": True}", bytes_of("\x05\x07")),
+                 "u1.npy")
             .values<int>() == std::vector<int>{5, 7});
   // a file on disk, memory-mapped
   matrixf m(3, 2);
@@ -228,20 +230,25 @@ TEST_CASE("npy: every malformed-file rule is an error naming the file and the ru
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }\n", d8)),
              Catch::Contains("truncated") && Catch::Contains("needs 16"));
   CHECK_THAT(npy_error(npy_image(ok, std::vector<std::byte>(9))), Catch::Contains("trailing"));
-  CHECK_THAT(npy_error(npy_image("{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", d8)), Catch::Contains("descr"));
-  CHECK_THAT(npy_error(npy_image("{'descr': '<U4', 'fortran_order': False, 'shape': (1,), }", d8)), Catch::Contains("unsupported"));
+  CHECK_THAT(npy_error(npy_image("{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", d8)),
+             Catch::Contains("descr"));
+  CHECK_THAT(npy_error(npy_image("{'descr': '<U4', 'fortran_order': False, 'shape': (1,), }", d8)),
+             Catch::Contains("unsupported"));
   CHECK_THAT(npy_error(npy_image("{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (1,), }", d8)),
              Catch::Contains("structured"));
-  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (-1,), }", d8)), Catch::Contains(">= 0"));
+  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (-1,), }", d8)),
+             Catch::Contains(">= 0"));
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999,), }", d8)),
              Catch::Contains("overflow"));
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", d8)),
              Catch::Contains("2^62"));
-  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': Maybe, 'shape': (1,), }", d8)), Catch::Contains("True or False"));
+  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': Maybe, 'shape': (1,), }", d8)),
+             Catch::Contains("True or False"));
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'shape': (1,), }", d8)), Catch::Contains("must have the keys"));
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", d8)),
              Catch::Contains("repeated"));
-  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), 'x': 1}", d8)), Catch::Contains("unknown"));
+  CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), 'x': 1}", d8)),
+             Catch::Contains("unknown"));
   CHECK_THAT(npy_error(npy_image("['descr']", d8)), Catch::Contains("dict literal"));
   CHECK_THAT(npy_error(npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (1,)} junk", d8)),
              Catch::Contains("only spaces"));
@@ -255,7 +262,8 @@ TEST_CASE("safetensors: write/read round trip of every dtype, metadata and matri
   const std::vector<std::int64_t> s23{2, 3};
   const std::vector<double> v{0.5, -1.25, 2.0, 3.0, -4.0, 0.0};
   const std::vector<double> vi{0, -1, 2, 3, -4, 0};
-  for (tensor_dtype dt : {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16, tensor_dtype::f8_e4m3})
+  for (tensor_dtype dt :
+       {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16, tensor_dtype::f8_e4m3})
     w.add<double>(std::string("t_") + to_string(dt), s23, v, dt);
   for (tensor_dtype dt : {tensor_dtype::i64, tensor_dtype::i32, tensor_dtype::i16, tensor_dtype::i8})
     w.add<double>(std::string("t_") + to_string(dt), s23, vi, dt);
@@ -268,7 +276,8 @@ TEST_CASE("safetensors: write/read round trip of every dtype, metadata and matri
   w.write(p);
   const safetensors_file f(p);
   CHECK(f.header().metadata.at("format") == "pt");
-  for (tensor_dtype dt : {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16, tensor_dtype::f8_e4m3})
+  for (tensor_dtype dt :
+       {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16, tensor_dtype::f8_e4m3})
     CHECK(f.values<double>(std::string("t_") + to_string(dt)) == v);
   for (tensor_dtype dt : {tensor_dtype::i64, tensor_dtype::i32, tensor_dtype::i16, tensor_dtype::i8})
     CHECK(f.values<double>(std::string("t_") + to_string(dt)) == vi);
@@ -277,7 +286,8 @@ TEST_CASE("safetensors: write/read round trip of every dtype, metadata and matri
   CHECK(f.matrix<float>("t_F32")(1, 1) == -4.0f);
   CHECK_THROWS_WITH(f.values<double>("nope"), Catch::Contains("all.safetensors") && Catch::Contains("not in the file"));
   CHECK_THROWS_WITH(w.add<double>("t_F64", s23, v, tensor_dtype::f64), Catch::Contains("unique"));
-  CHECK_THROWS_WITH(w.add<double>("big", s3, std::vector<double>{1, 2, 500}, tensor_dtype::f8_e4m3), Catch::Contains("448"));
+  CHECK_THROWS_WITH(w.add<double>("big", s3, std::vector<double>{1, 2, 500}, tensor_dtype::f8_e4m3),
+                    Catch::Contains("448"));
 }
 
 TEST_CASE("safetensors: block-scaled F8 weights are dequantised on load", "[io][tensors]") {
@@ -307,7 +317,8 @@ TEST_CASE("safetensors: block-scaled F8 weights are dequantised on load", "[io][
                     Catch::Contains("x.weight_scale_inv") && Catch::Contains("128x128"));
 }
 
-TEST_CASE("safetensors: every malformed-file rule is an error naming the file, the tensor and the rule", "[io][tensors]") {
+TEST_CASE("safetensors: every malformed-file rule is an error naming the file, the tensor and the rule",
+          "[io][tensors]") {
   const std::string t = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   CHECK(st_error(st_image(t, 8)) == "(no error)");
   CHECK_THAT(st_error(bytes_of("\x05\x00\x00")), Catch::Contains("w.safetensors") && Catch::Contains("truncated"));
@@ -320,7 +331,8 @@ TEST_CASE("safetensors: every malformed-file rule is an error naming the file, t
   }
   CHECK_THAT(st_error(st_image("{\"a\":", 0)), Catch::Contains("not valid JSON"));
   CHECK_THAT(st_error(st_image("[1,2]", 0)), Catch::Contains("must be a JSON object"));
-  CHECK_THAT(st_error(st_image(R"({"a":3})", 0)), Catch::Contains("tensor 'a'") && Catch::Contains("must be an object"));
+  CHECK_THAT(st_error(st_image(R"({"a":3})", 0)),
+             Catch::Contains("tensor 'a'") && Catch::Contains("must be an object"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2]}})", 8)),
              Catch::Contains("'a'") && Catch::Contains("data_offsets") && Catch::Contains("required"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8)),
@@ -329,20 +341,30 @@ TEST_CASE("safetensors: every malformed-file rule is an error naming the file, t
              Catch::Contains("'a' dtype") && Catch::Contains("unknown dtype"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8)),
              Catch::Contains("'a' shape") && Catch::Contains("[0, 2^62)"));
-  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8)), Catch::Contains("integers"));
+  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8)),
+             Catch::Contains("integers"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8)),
              Catch::Contains("'a' shape") && Catch::Contains("2^62"));
-  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8)), Catch::Contains("begin must be <= end"));
-  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8)), Catch::Contains("[begin, end]"));
+  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8)),
+             Catch::Contains("begin must be <= end"));
+  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8)),
+             Catch::Contains("[begin, end]"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8)),
              Catch::Contains("'a' data_offsets") && Catch::Contains("beyond the data"));
   CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)),
              Catch::Contains("'a' data_offsets") && Catch::Contains("must equal shape [3] x 4 bytes = 12"));
-  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12)),
-             Catch::Contains("'b' data_offsets") && Catch::Contains("overlap tensor 'a'"));
-  CHECK_THAT(st_error(st_image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8)),
-             Catch::Contains("more than once"));
-  CHECK_THAT(st_error(st_image(R"({"__metadata__":{"k":1}})", 0)), Catch::Contains("__metadata__.k") && Catch::Contains("string"));
+  CHECK_THAT(
+      st_error(st_image(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          12)),
+      Catch::Contains("'b' data_offsets") && Catch::Contains("overlap tensor 'a'"));
+  CHECK_THAT(
+      st_error(st_image(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+          8)),
+      Catch::Contains("more than once"));
+  CHECK_THAT(st_error(st_image(R"({"__metadata__":{"k":1}})", 0)),
+             Catch::Contains("__metadata__.k") && Catch::Contains("string"));
   CHECK_THAT(st_error(st_image(R"({"__metadata__":[1]})", 0)), Catch::Contains("object of strings"));
   {  // a file truncated after the header: offsets reach beyond the data
     safetensors_writer w;
@@ -366,10 +388,9 @@ TEST_CASE("safetensors: sharded checkpoints through model.safetensors.index.json
   b.add<double>("y", s, std::vector<double>{3, 4}, tensor_dtype::bf16);
   a.write((dir / "model-00001-of-00002.safetensors").string());
   b.write((dir / "model-00002-of-00002.safetensors").string());
-  auto index = [&](const std::string& text) {
-    std::ofstream((dir / "model.safetensors.index.json").string()) << text;
-  };
-  index(R"({"metadata":{"total_size":12},"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors"}})");
+  auto index = [&](const std::string& text) { std::ofstream((dir / "model.safetensors.index.json").string()) << text; };
+  index(
+      R"({"metadata":{"total_size":12},"weight_map":{"x":"model-00001-of-00002.safetensors","y":"model-00002-of-00002.safetensors"}})");
   const safetensors_checkpoint ck(dir.string());
   CHECK(ck.file_count() == 2);
   CHECK(ck.values<double>("y") == std::vector<double>{3, 4});
@@ -386,7 +407,8 @@ TEST_CASE("safetensors: sharded checkpoints through model.safetensors.index.json
   index(R"({"weight_map":)");
   CHECK_THROWS_WITH(safetensors_checkpoint(dir.string()), Catch::Contains("not valid JSON"));
   // a single file opens directly
-  CHECK(safetensors_checkpoint((dir / "model-00001-of-00002.safetensors").string()).values<float>("x") == std::vector<float>{1, 2});
+  CHECK(safetensors_checkpoint((dir / "model-00001-of-00002.safetensors").string()).values<float>("x") ==
+        std::vector<float>{1, 2});
 }
 
 namespace {
@@ -414,7 +436,8 @@ TEST_CASE("safetensors: a 1 GiB BF16 file streams with resident memory far below
     f << h;
     std::vector<std::uint16_t> piece(std::size_t(1) << 20);
     for (std::uint64_t first = 0; first < n; first += piece.size()) {
-      for (std::size_t i = 0; i < piece.size(); ++i) piece[i] = io::float_to_bf16(static_cast<float>((first + i) % 251));
+      for (std::size_t i = 0; i < piece.size(); ++i)
+        piece[i] = io::float_to_bf16(static_cast<float>((first + i) % 251));
       f.write(reinterpret_cast<const char*>(piece.data()), static_cast<std::streamsize>(2 * piece.size()));
     }
     REQUIRE(f.good());

@@ -18,8 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (v.header.dtype == io::tensor_dtype::boolean || !io::is_float_dtype(v.header.dtype)) return;
     const auto vals = v.values<double>();
     kvphase::fuzz::check(vals.size() == v.count(), "one value per element");
-    const auto again = io::npy_bytes<double>(vals, v.header.shape, v.header.dtype,
-                                             {.fortran_order = v.header.fortran_order, .big_endian = v.header.big_endian});
+    const auto again =
+        io::npy_bytes<double>(vals, v.header.shape, v.header.dtype,
+                              {.fortran_order = v.header.fortran_order, .big_endian = v.header.big_endian});
     const auto back = io::npy_view(again, "again.npy").values<double>();
     for (std::size_t i = 0; i < vals.size(); ++i)
       kvphase::fuzz::check(back[i] == vals[i] || (std::isnan(back[i]) && std::isnan(vals[i])), "npy round trip");

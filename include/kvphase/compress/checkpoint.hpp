@@ -47,13 +47,13 @@ namespace kvphase::compress {
 
 /// What the checkpoint does not say about a V4 compressor (the config's values).
 struct v4_load_options {
-  std::string layer_prefix = "model.layers.";       ///< + <layer> + module
-  std::string module = ".self_attn.compressor";     ///< the compressor's module path in a layer
-  double rope_theta = 160000.0;                     ///< compress rope θ
-  index_t rope_dim = 64;                            ///< rotated channels (qk_rope_head_dim)
+  std::string layer_prefix = "model.layers.";    ///< + <layer> + module
+  std::string module = ".self_attn.compressor";  ///< the compressor's module path in a layer
+  double rope_theta = 160000.0;                  ///< compress rope θ
+  index_t rope_dim = 64;                         ///< rotated channels (qk_rope_head_dim)
   yarn_config yarn{.factor = 16.0, .original_max_position = 65536.0, .beta_fast = 32.0, .beta_slow = 1.0};
-  std::vector<double> inv_freq{};                   ///< explicit inverse frequencies (replace θ and YaRN)
-  double rms_eps = 1e-6;                            ///< rms_norm_eps
+  std::vector<double> inv_freq{};  ///< explicit inverse frequencies (replace θ and YaRN)
+  double rms_eps = 1e-6;           ///< rms_norm_eps
 };
 
 /// The load options a config.json states (see the file comment); keys it lacks keep the
@@ -117,7 +117,8 @@ inline v4_load_options v4_options_from_config(const std::string& path) {
       number(*rp, "beta_slow", o.yarn.beta_slow, where);
       o.yarn.validate();
     } else {
-      require(type == "default", path + " " + where + "rope_type", type, "must be default or yarn for the compress rope");
+      require(type == "default", path + " " + where + "rope_type", type,
+              "must be default or yarn for the compress rope");
     }
   }
   require(o.rope_dim >= 0 && o.rope_dim % 2 == 0, path + " rotated channels", o.rope_dim, "must be even and >= 0");
@@ -149,11 +150,11 @@ struct loaded_compressor {
 template <class Real>
 struct v4_layer {
   index_t layer = 0;
-  bool csa = false;                                   ///< two-stream (CSA) or single-stream (HCA)
+  bool csa = false;  ///< two-stream (CSA) or single-stream (HCA)
   loaded_compressor<Real> compressor;
-  std::optional<loaded_compressor<Real>> indexer;     ///< CSA: the indexer's own compressor
-  matrix_t<Real> indexer_q_b;                         ///< [H_I·c_I, q_lora] as stored (empty if absent)
-  matrix_t<Real> indexer_weights;                     ///< [H_I, D] as stored (empty if absent)
+  std::optional<loaded_compressor<Real>> indexer;  ///< CSA: the indexer's own compressor
+  matrix_t<Real> indexer_q_b;                      ///< [H_I·c_I, q_lora] as stored (empty if absent)
+  matrix_t<Real> indexer_weights;                  ///< [H_I, D] as stored (empty if absent)
 };
 
 namespace detail {
@@ -181,7 +182,8 @@ loaded_compressor<Real> load_compressor(const io::safetensors_checkpoint& ck, co
   const index_t width = static_cast<index_t>(skv[0]), D = static_cast<index_t>(skv[1]);
   require(width == c || width == 2 * c, kv + " shape", shape_of(ck, kv),
           "rows must be c or 2c (c = " + std::to_string(c) + " from kv_norm)");
-  require(sg[0] == skv[0] && sg[1] == skv[1], gate + " shape", shape_of(ck, gate), "must equal kv_proj's " + shape_of(ck, kv));
+  require(sg[0] == skv[0] && sg[1] == skv[1], gate + " shape", shape_of(ck, gate),
+          "must equal kv_proj's " + shape_of(ck, kv));
   require(sb[1] == width && sb[0] >= 1, bias + " shape", shape_of(ck, bias),
           "must be [m, " + std::to_string(width) + "] (one row per slot of a block)");
   const bool two = width == 2 * c;
@@ -194,8 +196,11 @@ loaded_compressor<Real> load_compressor(const io::safetensors_checkpoint& ck, co
   s.pool = two ? pool_kind::two_stream : pool_kind::channel_gate;
   s.rmsnorm = true;
   s.rms_eps = o.rms_eps;
-  s.rope = rope_config{.anchor = rope_anchor::start, .theta = o.rope_theta, .rope_dim = o.rope_dim,
-                       .inv_freq = o.inv_freq, .yarn = o.inv_freq.empty() ? o.yarn : yarn_config{}};
+  s.rope = rope_config{.anchor = rope_anchor::start,
+                       .theta = o.rope_theta,
+                       .rope_dim = o.rope_dim,
+                       .inv_freq = o.inv_freq,
+                       .yarn = o.inv_freq.empty() ? o.yarn : yarn_config{}};
   s.name = P;
   require(o.rope_dim <= c, "rope_dim", o.rope_dim, "must be <= the compressor width c = " + std::to_string(c));
   out.params.w_c = ck.matrix<Real>(kv).transpose();
@@ -234,10 +239,12 @@ v4_layer<Real> load_v4_layer(const io::safetensors_checkpoint& ck, index_t layer
     out.indexer = detail::load_compressor<Real>(ck, I, o, "layer " + std::to_string(layer) + " indexer");
     require(out.indexer->spec.pool == pool_kind::two_stream, I + ".position_bias shape",
             detail::shape_of(ck, I + ".position_bias"), "the indexer's compressor must be two-stream ([m, 2c])");
-    require(out.indexer->d == out.compressor.d, I + ".kv_proj.weight shape", detail::shape_of(ck, I + ".kv_proj.weight"),
+    require(out.indexer->d == out.compressor.d, I + ".kv_proj.weight shape",
+            detail::shape_of(ck, I + ".kv_proj.weight"),
             "must read the same hidden width as the compressor (" + std::to_string(out.compressor.d) + ")");
     if (ck.contains(I + ".q_b_proj.weight")) out.indexer_q_b = ck.matrix<Real>(I + ".q_b_proj.weight");
-    if (ck.contains(I + ".scorer.weights_proj.weight")) out.indexer_weights = ck.matrix<Real>(I + ".scorer.weights_proj.weight");
+    if (ck.contains(I + ".scorer.weights_proj.weight"))
+      out.indexer_weights = ck.matrix<Real>(I + ".scorer.weights_proj.weight");
   }
   return out;
 }

@@ -74,7 +74,7 @@ slot_profile gate_slot_profile(const operator_spec& spec, const pool_params<Real
 
 /// Per-target readout of a compressor on captured activations (see the file comment).
 struct token_readout {
-  index_t targets = 0;                ///< tokens 0 … targets − 1 were read out
+  index_t targets = 0;  ///< tokens 0 … targets − 1 were read out
   std::vector<double> mass_compressed, mass_full, retention;
   std::vector<std::uint8_t> hit_compressed, hit_full;
 };
@@ -120,7 +120,8 @@ token_readout read_tokens(const operator_spec& spec_in, const pool_params<Real>&
         if (src.first + r >= 0) s += std::exp(logit[static_cast<std::size_t>(r)] - mx);
       for (index_t r = 0; r < W; ++r)
         if (src.first + r >= 0)
-          share[static_cast<std::size_t>(e * W + r)] += std::exp(logit[static_cast<std::size_t>(r)] - mx) / s / static_cast<double>(c);
+          share[static_cast<std::size_t>(e * W + r)] +=
+              std::exp(logit[static_cast<std::size_t>(r)] - mx) / s / static_cast<double>(c);
     }
   }
   // keys: RMSNorm_w of the token's own-block payload

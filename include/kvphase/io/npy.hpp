@@ -45,7 +45,7 @@ namespace kvphase::io {
 struct npy_header {
   int major = 1, minor = 0;
   tensor_dtype dtype = tensor_dtype::f64;
-  bool big_endian = false;    ///< stored byte order (single-byte types: false)
+  bool big_endian = false;  ///< stored byte order (single-byte types: false)
   bool fortran_order = false;
   std::vector<std::int64_t> shape;
   std::size_t data_offset = 0;  ///< byte offset of the data
@@ -130,7 +130,8 @@ struct npy_lexer {
 
 inline void parse_descr(const std::string& d, npy_header& h, const std::string& src) {
   auto bad = [&](std::string_view rule) { fail(src + " npy descr", "'" + d + "'", std::string(rule)); };
-  if (d.size() < 2 || d.size() > 3) bad("must be a simple type such as '<f4' (structured and string types are not supported)");
+  if (d.size() < 2 || d.size() > 3)
+    bad("must be a simple type such as '<f4' (structured and string types are not supported)");
   const char order = d[0];
   if (order != '<' && order != '>' && order != '|' && order != '=') bad("byte order must be <, >, | or =");
   const std::string_view t = std::string_view(d).substr(1);
@@ -138,15 +139,16 @@ inline void parse_descr(const std::string& d, npy_header& h, const std::string& 
     std::string_view code;
     tensor_dtype dt;
   };
-  static constexpr entry table[] = {{"f2", tensor_dtype::f16}, {"f4", tensor_dtype::f32}, {"f8", tensor_dtype::f64},
-                                    {"i1", tensor_dtype::i8},  {"i2", tensor_dtype::i16}, {"i4", tensor_dtype::i32},
-                                    {"i8", tensor_dtype::i64}, {"u1", tensor_dtype::u8},  {"u2", tensor_dtype::u16},
-                                    {"u4", tensor_dtype::u32}, {"u8", tensor_dtype::u64}, {"b1", tensor_dtype::boolean},
-                                    {"?", tensor_dtype::boolean}};
+  static constexpr entry table[] = {
+      {"f2", tensor_dtype::f16},   {"f4", tensor_dtype::f32}, {"f8", tensor_dtype::f64}, {"i1", tensor_dtype::i8},
+      {"i2", tensor_dtype::i16},   {"i4", tensor_dtype::i32}, {"i8", tensor_dtype::i64}, {"u1", tensor_dtype::u8},
+      {"u2", tensor_dtype::u16},   {"u4", tensor_dtype::u32}, {"u8", tensor_dtype::u64}, {"b1", tensor_dtype::boolean},
+      {"?", tensor_dtype::boolean}};
   for (const auto& e : table)
     if (t == e.code) {
       h.dtype = e.dt;
-      h.big_endian = dtype_size(e.dt) > 1 && (order == '>' || (order == '=' && std::endian::native == std::endian::big));
+      h.big_endian =
+          dtype_size(e.dt) > 1 && (order == '>' || (order == '=' && std::endian::native == std::endian::big));
       return;
     }
   bad("unsupported type (f2 f4 f8, i1 i2 i4 i8, u1 u2 u4 u8, b1 and ? are read)");
@@ -182,7 +184,8 @@ inline npy_header parse_npy_header(std::span<const std::byte> file, std::string_
   const std::string_view text(reinterpret_cast<const char*>(b + hstart), hlen);
   if (h.major < 3) {
     for (char c : text)
-      if (static_cast<unsigned char>(c) >= 0x80) fail(src + " npy header", "(non-ASCII byte)", "versions 1 and 2 must be ASCII");
+      if (static_cast<unsigned char>(c) >= 0x80)
+        fail(src + " npy header", "(non-ASCII byte)", "versions 1 and 2 must be ASCII");
   }
   detail::npy_lexer lx{text, 0, src};
   lx.expect('{', "the header must be a dict literal starting with '{'");
@@ -275,7 +278,8 @@ struct npy_view {
   [[nodiscard]] matrix_t<Real> matrix() const {
     require(header.shape.size() == 1 || header.shape.size() == 2, source + " shape", shape_text(header.shape),
             "must be 1-D or 2-D for a matrix");
-    require(is_float_dtype(header.dtype), source + " dtype", to_string(header.dtype), "must be a float type for a matrix");
+    require(is_float_dtype(header.dtype), source + " dtype", to_string(header.dtype),
+            "must be a float type for a matrix");
     const auto v = values<Real>();
     const index_t r = static_cast<index_t>(header.shape[0]);
     const index_t c = header.shape.size() == 2 ? static_cast<index_t>(header.shape[1]) : 1;
@@ -342,10 +346,12 @@ template <class T>
 std::vector<std::byte> npy_bytes(std::span<const T> values, std::span<const std::int64_t> shape, tensor_dtype dt,
                                  const npy_write_options& opt = {}) {
   const std::uint64_t n = checked_numel(shape, dtype_size(dt), "npy write");
-  require(n == values.size(), "values.size()", values.size(), "must equal the shape's element count " + std::to_string(n));
+  require(n == values.size(), "values.size()", values.size(),
+          "must equal the shape's element count " + std::to_string(n));
   std::string hdr = "{'descr': '" + detail::npy_descr(dt, opt.big_endian) +
                     "', 'fortran_order': " + (opt.fortran_order ? "True" : "False") + ", 'shape': (";
-  for (std::size_t i = 0; i < shape.size(); ++i) hdr += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    hdr += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? ", " : "");
   if (shape.size() == 1) hdr.resize(hdr.size() - 1);  // "(3,)"
   hdr += "), }";
   const bool v2 = hdr.size() + 11 > 65535;
@@ -389,8 +395,8 @@ std::vector<std::byte> npy_bytes(std::span<const T> values, std::span<const std:
   encode_elements<T>(src.data(), src.size(), dt, out, "npy value");
   const std::size_t sz = dtype_size(dt);
   if (sz > 1 && opt.big_endian != (std::endian::native == std::endian::big)) {
-    for (std::size_t p = at; p < out.size(); p += sz) std::reverse(out.begin() + static_cast<std::ptrdiff_t>(p),
-                                                                   out.begin() + static_cast<std::ptrdiff_t>(p + sz));
+    for (std::size_t p = at; p < out.size(); p += sz)
+      std::reverse(out.begin() + static_cast<std::ptrdiff_t>(p), out.begin() + static_cast<std::ptrdiff_t>(p + sz));
   }
   return out;
 }

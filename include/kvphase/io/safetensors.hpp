@@ -29,9 +29,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,13 +80,15 @@ struct safetensors_header {
 /// comment for the rules); `source` names the file in errors.
 inline safetensors_header parse_safetensors_header(std::span<const std::byte> file, std::string_view source) {
   const std::string src(source);
-  if (file.size() < 8) fail(src, std::to_string(file.size()) + " bytes", "truncated: the 8-byte header length is missing");
+  if (file.size() < 8)
+    fail(src, std::to_string(file.size()) + " bytes", "truncated: the 8-byte header length is missing");
   std::uint64_t n = 0;
   for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<std::uint8_t>(file[static_cast<std::size_t>(k)]);
   if (n > max_safetensors_header)
     fail(src + " header length", n, "must be at most " + std::to_string(max_safetensors_header) + " bytes");
   if (n > file.size() - 8)
-    fail(src + " header length", n, "is beyond the end of the file (" + std::to_string(file.size() - 8) + " bytes follow it)");
+    fail(src + " header length", n,
+         "is beyond the end of the file (" + std::to_string(file.size() - 8) + " bytes follow it)");
   safetensors_header h;
   h.data_offset = static_cast<std::size_t>(8 + n);
   h.data_size = file.size() - h.data_offset;
@@ -129,7 +131,8 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> fi
     if (!v.is_object()) fail(where, detail::json_excerpt(v), "must be an object with dtype, shape and data_offsets");
     for (auto m = v.begin(); m != v.end(); ++m)
       if (m.key() != "dtype" && m.key() != "shape" && m.key() != "data_offsets")
-        fail(where + " member '" + detail::excerpt(m.key()) + "'", "(unknown)", "only dtype, shape and data_offsets are allowed");
+        fail(where + " member '" + detail::excerpt(m.key()) + "'", "(unknown)",
+             "only dtype, shape and data_offsets are allowed");
     tensor_info t;
     t.name = name;
     const auto& dt = require_member(v, "dtype", where);
@@ -139,8 +142,8 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> fi
     const auto& sh = require_member(v, "shape", where);
     if (!sh.is_array()) fail(where + " shape", detail::json_excerpt(sh), "must be a list of integers");
     for (const auto& d : sh) {
-      if (!d.is_number_integer() || (d.is_number_unsigned() ? d.get<std::uint64_t>() >= (std::uint64_t(1) << 62)
-                                                             : d.get<std::int64_t>() < 0))
+      if (!d.is_number_integer() ||
+          (d.is_number_unsigned() ? d.get<std::uint64_t>() >= (std::uint64_t(1) << 62) : d.get<std::int64_t>() < 0))
         fail(where + " shape", detail::json_excerpt(d), "dimensions must be integers in [0, 2^62)");
       t.shape.push_back(d.get<std::int64_t>());
     }
@@ -150,10 +153,13 @@ inline safetensors_header parse_safetensors_header(std::span<const std::byte> fi
       fail(where + " data_offsets", detail::json_excerpt(off), "must be [begin, end]: two non-negative integers");
     t.begin = off[0].get<std::uint64_t>();
     t.end = off[1].get<std::uint64_t>();
-    if (t.begin > t.end) fail(where + " data_offsets", "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]", "begin must be <= end");
+    if (t.begin > t.end)
+      fail(where + " data_offsets", "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]",
+           "begin must be <= end");
     if (t.end > h.data_size)
       fail(where + " data_offsets", "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]",
-           "reach beyond the data (" + std::to_string(h.data_size) + " bytes): the file is truncated or the offsets are wrong");
+           "reach beyond the data (" + std::to_string(h.data_size) +
+               " bytes): the file is truncated or the offsets are wrong");
     if (t.end - t.begin != numel * dtype_size(t.dtype))
       fail(where + " data_offsets", "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]",
            "length " + std::to_string(t.end - t.begin) + " must equal shape " + shape_text(t.shape) + " x " +
@@ -194,7 +200,8 @@ class safetensors_view {
   /// Raw stored bytes of a tensor.
   [[nodiscard]] std::span<const std::byte> raw(std::string_view name) const {
     const tensor_info& t = info(name);
-    return file_.subspan(header_.data_offset + static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
+    return file_.subspan(header_.data_offset + static_cast<std::size_t>(t.begin),
+                         static_cast<std::size_t>(t.end - t.begin));
   }
 
   /// The companion scale of a block-scaled F8 tensor (nullptr if none), validated.
@@ -230,7 +237,8 @@ class safetensors_view {
     std::int64_t cols = 0, bc = 0;
     if (const tensor_info* s = scale_of(t)) {
       scales.resize(static_cast<std::size_t>(s->count()));
-      convert_elements<float>(file_.data() + header_.data_offset + s->begin, s->dtype, scales.size(), swap, scales.data());
+      convert_elements<float>(file_.data() + header_.data_offset + s->begin, s->dtype, scales.size(), swap,
+                              scales.data());
       cols = t.shape[1];
       bc = s->shape[1];
     }
@@ -245,7 +253,7 @@ class safetensors_view {
           const auto r = static_cast<std::int64_t>(e / static_cast<std::uint64_t>(cols)),
                      c = static_cast<std::int64_t>(e % static_cast<std::uint64_t>(cols));
           buf[i] = static_cast<T>(static_cast<float>(buf[i]) *
-                                   scales[static_cast<std::size_t>((r / f8_scale_block) * bc + c / f8_scale_block)]);
+                                  scales[static_cast<std::size_t>((r / f8_scale_block) * bc + c / f8_scale_block)]);
         }
       }
       f(std::span<const T>(buf.data(), k), first);
@@ -258,8 +266,9 @@ class safetensors_view {
   [[nodiscard]] std::vector<T> values(std::string_view name) const {
     const tensor_info& t = info(name);
     std::vector<T> out(static_cast<std::size_t>(t.count()));
-    for_each_chunk<T>(name, std::max<std::size_t>(out.size(), 1),
-                      [&](std::span<const T> p, std::uint64_t first) { std::copy(p.begin(), p.end(), out.begin() + static_cast<std::ptrdiff_t>(first)); });
+    for_each_chunk<T>(name, std::max<std::size_t>(out.size(), 1), [&](std::span<const T> p, std::uint64_t first) {
+      std::copy(p.begin(), p.end(), out.begin() + static_cast<std::ptrdiff_t>(first));
+    });
     return out;
   }
 
@@ -295,7 +304,8 @@ class safetensors_file : public safetensors_view {
   }
 
  private:
-  explicit safetensors_file(std::unique_ptr<mapped_file> m) : safetensors_view(m->bytes(), m->path()), map_(std::move(m)) {}
+  explicit safetensors_file(std::unique_ptr<mapped_file> m)
+      : safetensors_view(m->bytes(), m->path()), map_(std::move(m)) {}
   std::unique_ptr<mapped_file> map_;
 };
 
@@ -370,7 +380,8 @@ class safetensors_checkpoint {
     const std::string_view text(reinterpret_cast<const char*>(m.bytes().data()), m.size());
     const auto j = parse_json_as<nlohmann::json>(text, index_path);
     const auto& wm = require_member(j, "weight_map", index_path);
-    if (!wm.is_object()) fail(index_path + " weight_map", detail::json_excerpt(wm), "must be an object of tensor name -> file name");
+    if (!wm.is_object())
+      fail(index_path + " weight_map", detail::json_excerpt(wm), "must be an object of tensor name -> file name");
     const fs::path dir = fs::path(index_path).parent_path();
     for (auto it = wm.begin(); it != wm.end(); ++it) {
       const std::string where = index_path + " weight_map['" + detail::excerpt(it.key(), 120) + "']";
@@ -379,8 +390,7 @@ class safetensors_checkpoint {
       if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos)
         fail(where, f, "must be a plain file name in the index's directory");
       const std::size_t k = add_file((dir / f).string());
-      if (!files_[k]->contains(it.key()))
-        fail(where, f, "the shard does not hold this tensor");
+      if (!files_[k]->contains(it.key())) fail(where, f, "the shard does not hold this tensor");
       where_[it.key()] = k;
     }
   }
@@ -429,7 +439,8 @@ class safetensors_writer {
       for (index_t b = 0; b < bc; ++b) {
         double mx = 0;
         for (index_t i = a * B; i < std::min(R, (a + 1) * B); ++i)
-          for (index_t k = b * B; k < std::min(C, (b + 1) * B); ++k) mx = std::max(mx, std::fabs(static_cast<double>(m(i, k))));
+          for (index_t k = b * B; k < std::min(C, (b + 1) * B); ++k)
+            mx = std::max(mx, std::fabs(static_cast<double>(m(i, k))));
         const float sc = mx > 0 ? static_cast<float>(mx / 448.0) : 1.0f;
         s(a, b) = sc;
         for (index_t i = a * B; i < std::min(R, (a + 1) * B); ++i)
@@ -446,13 +457,15 @@ class safetensors_writer {
     return back;
   }
   /// Adds stored bytes as they are (their length must equal shape × item size).
-  void add_raw(const std::string& name, tensor_dtype dt, std::span<const std::int64_t> shape, std::span<const std::byte> bytes) {
+  void add_raw(const std::string& name, tensor_dtype dt, std::span<const std::int64_t> shape,
+               std::span<const std::byte> bytes) {
     require(name != "__metadata__" && !name.empty(), "tensor name", name, "must be non-empty and not __metadata__");
     for (const auto& e : entries_) require(e.name != name, "tensor name", name, "must be unique in a file");
     const std::uint64_t n = checked_numel(shape, dtype_size(dt), name);
     require(bytes.size() == n * dtype_size(dt), "tensor '" + name + "' bytes", bytes.size(),
             "must equal shape x item size = " + std::to_string(n * dtype_size(dt)));
-    entries_.push_back({name, dt, std::vector<std::int64_t>(shape.begin(), shape.end()), data_.size(), data_.size() + bytes.size()});
+    entries_.push_back(
+        {name, dt, std::vector<std::int64_t>(shape.begin(), shape.end()), data_.size(), data_.size() + bytes.size()});
     data_.insert(data_.end(), bytes.begin(), bytes.end());
   }
   /// Sets a "__metadata__" entry.

@@ -84,10 +84,10 @@ inline const char* to_string(tensor_dtype t) noexcept {
 
 /// The dtype of a safetensors name; false if unknown.
 inline bool parse_dtype(std::string_view s, tensor_dtype& out) noexcept {
-  for (tensor_dtype t : {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16,
-                         tensor_dtype::f8_e4m3, tensor_dtype::i64, tensor_dtype::i32, tensor_dtype::i16,
-                         tensor_dtype::i8, tensor_dtype::u64, tensor_dtype::u32, tensor_dtype::u16, tensor_dtype::u8,
-                         tensor_dtype::boolean})
+  for (tensor_dtype t :
+       {tensor_dtype::f64, tensor_dtype::f32, tensor_dtype::f16, tensor_dtype::bf16, tensor_dtype::f8_e4m3,
+        tensor_dtype::i64, tensor_dtype::i32, tensor_dtype::i16, tensor_dtype::i8, tensor_dtype::u64, tensor_dtype::u32,
+        tensor_dtype::u16, tensor_dtype::u8, tensor_dtype::boolean})
     if (s == to_string(t)) {
       out = t;
       return true;
@@ -152,7 +152,7 @@ inline std::uint16_t float_to_f16(float f) noexcept {
   x &= 0x7fffffffu;
   if (x >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (x >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520 rounds to inf
-  if (x < 0x38800000u) {                                                 // below 2^-14: subnormal
+  if (x < 0x38800000u) {                                                    // below 2^-14: subnormal
     const std::uint32_t exp = x >> 23;
     if (exp < 102) return sign;  // below 2^-25: rounds to zero
     const std::uint32_t mant = (x & 0x7fffffu) | 0x800000u;
@@ -178,12 +178,14 @@ inline std::uint16_t float_to_bf16(float f) noexcept {
 /// float → F8_E4M3 (fn) code, round to nearest, ties to the even code. Throws kvphase::error
 /// naming `what` for a non-finite value or |value| > 448 (the format has no infinity).
 inline std::uint8_t float_to_f8_e4m3(float f, std::string_view what = "value") {
-  require(std::isfinite(f) && std::fabs(f) <= 448.0f, what, f, "must be finite with |x| <= 448 to be stored as F8_E4M3");
+  require(std::isfinite(f) && std::fabs(f) <= 448.0f, what, f,
+          "must be finite with |x| <= 448 to be stored as F8_E4M3");
   const auto& t = detail::f8_table();
   const float a = std::fabs(f);
   int best = 0;
   for (int c = 1; c < 127; ++c) {  // positive finite codes in increasing order
-    const float dc = std::fabs(t[static_cast<std::size_t>(c)] - a), db = std::fabs(t[static_cast<std::size_t>(best)] - a);
+    const float dc = std::fabs(t[static_cast<std::size_t>(c)] - a),
+                db = std::fabs(t[static_cast<std::size_t>(best)] - a);
     if (dc < db || (dc == db && (c & 1) == 0)) best = c;
   }
   return static_cast<std::uint8_t>(best | (std::signbit(f) ? 0x80 : 0));
@@ -223,7 +225,9 @@ template <class T>
 inline void convert_elements(const std::byte* src, tensor_dtype dt, std::size_t n, bool swap, T* dst) noexcept {
   using namespace detail;
   switch (dt) {
-    case tensor_dtype::f64: convert_loop<T, double>(src, n, swap, dst, [](double v) { return static_cast<T>(v); }); break;
+    case tensor_dtype::f64:
+      convert_loop<T, double>(src, n, swap, dst, [](double v) { return static_cast<T>(v); });
+      break;
     case tensor_dtype::f32:
       if constexpr (std::is_same_v<T, float>) {
         if (!swap) {
@@ -234,24 +238,42 @@ inline void convert_elements(const std::byte* src, tensor_dtype dt, std::size_t 
       convert_loop<T, float>(src, n, swap, dst, [](float v) { return static_cast<T>(v); });
       break;
     case tensor_dtype::f16:
-      convert_loop<T, std::uint16_t>(src, n, swap, dst, [](std::uint16_t v) { return static_cast<T>(f16_to_float(v)); });
+      convert_loop<T, std::uint16_t>(src, n, swap, dst,
+                                     [](std::uint16_t v) { return static_cast<T>(f16_to_float(v)); });
       break;
     case tensor_dtype::bf16:
-      convert_loop<T, std::uint16_t>(src, n, swap, dst, [](std::uint16_t v) { return static_cast<T>(bf16_to_float(v)); });
+      convert_loop<T, std::uint16_t>(src, n, swap, dst,
+                                     [](std::uint16_t v) { return static_cast<T>(bf16_to_float(v)); });
       break;
     case tensor_dtype::f8_e4m3: {
       const auto& t = f8_table();
       for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(t[static_cast<std::uint8_t>(src[i])]);
       break;
     }
-    case tensor_dtype::i64: convert_loop<T, std::int64_t>(src, n, swap, dst, [](std::int64_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::i32: convert_loop<T, std::int32_t>(src, n, swap, dst, [](std::int32_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::i16: convert_loop<T, std::int16_t>(src, n, swap, dst, [](std::int16_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::i8: convert_loop<T, std::int8_t>(src, n, false, dst, [](std::int8_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::u64: convert_loop<T, std::uint64_t>(src, n, swap, dst, [](std::uint64_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::u32: convert_loop<T, std::uint32_t>(src, n, swap, dst, [](std::uint32_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::u16: convert_loop<T, std::uint16_t>(src, n, swap, dst, [](std::uint16_t v) { return static_cast<T>(v); }); break;
-    case tensor_dtype::u8: convert_loop<T, std::uint8_t>(src, n, false, dst, [](std::uint8_t v) { return static_cast<T>(v); }); break;
+    case tensor_dtype::i64:
+      convert_loop<T, std::int64_t>(src, n, swap, dst, [](std::int64_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::i32:
+      convert_loop<T, std::int32_t>(src, n, swap, dst, [](std::int32_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::i16:
+      convert_loop<T, std::int16_t>(src, n, swap, dst, [](std::int16_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::i8:
+      convert_loop<T, std::int8_t>(src, n, false, dst, [](std::int8_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::u64:
+      convert_loop<T, std::uint64_t>(src, n, swap, dst, [](std::uint64_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::u32:
+      convert_loop<T, std::uint32_t>(src, n, swap, dst, [](std::uint32_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::u16:
+      convert_loop<T, std::uint16_t>(src, n, swap, dst, [](std::uint16_t v) { return static_cast<T>(v); });
+      break;
+    case tensor_dtype::u8:
+      convert_loop<T, std::uint8_t>(src, n, false, dst, [](std::uint8_t v) { return static_cast<T>(v); });
+      break;
     case tensor_dtype::boolean:
       convert_loop<T, std::uint8_t>(src, n, false, dst, [](std::uint8_t v) { return static_cast<T>(v != 0 ? 1 : 0); });
       break;
@@ -337,7 +359,8 @@ inline std::uint64_t checked_numel(std::span<const std::int64_t> shape, std::siz
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) fail(std::string(what) + " shape[" + std::to_string(i) + "]", shape[i], "must be >= 0");
     const auto d = static_cast<std::uint64_t>(shape[i]);
-    if (d != 0 && n > cap / d) fail(std::string(what) + " shape", "(product overflows)", "element count must be < 2^62");
+    if (d != 0 && n > cap / d)
+      fail(std::string(what) + " shape", "(product overflows)", "element count must be < 2^62");
     n *= d;
   }
   if (item_size != 0 && n > cap / item_size)
