@@ -22,10 +22,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <vector>
 
 #include <kvphase/compress/compress.hpp>
+#include <kvphase/io/safetensors.hpp>
 
 #include "roofline.hpp"
 
@@ -148,6 +152,64 @@ void BM_smoke_compress_gated(benchmark::State& st) { run(st, gated_spec(), impl:
 void BM_smoke_compress_mean(benchmark::State& st) { run(st, mean_spec(), impl::library, n_smoke, false); }
 void BM_smoke_plain_loop(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_smoke, false); }
 
+// ---- reading + dequantising a safetensors file -------------------------------------------------
+// One tensor of `bytes` bytes (F32 or BF16) in a file under the temp directory, memory-mapped
+// (warm: in the page cache and mapped after the first pass) and converted to float in pieces of
+// 64 Ki elements that stay in cache. Roofline: reading the same number of bytes once from a
+// private buffer (read_seconds), paired per iteration as for the compressor.
+std::string tensor_file(kvphase::io::tensor_dtype dt, std::size_t bytes) {
+  const std::string p = (std::filesystem::temp_directory_path() /
+                         ("kvphase_bench_" + std::string(kvphase::io::to_string(dt)) + "_" + std::to_string(bytes) +
+                          ".safetensors"))
+                            .string();
+  const std::size_t n = bytes / kvphase::io::dtype_size(dt);
+  std::string h = std::string(R"({"t":{"dtype":")") + kvphase::io::to_string(dt) + R"(","shape":[)" + std::to_string(n) +
+                  R"(],"data_offsets":[0,)" + std::to_string(bytes) + "]}}";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  const std::uint64_t hl = h.size();
+  f.write(reinterpret_cast<const char*>(&hl), 8);
+  f << h;
+  std::vector<char> piece(std::size_t(1) << 20, 1);
+  for (std::size_t w = 0; w < bytes; w += piece.size()) f.write(piece.data(), static_cast<std::streamsize>(std::min(piece.size(), bytes - w)));
+  return p;
+}
+
+void run_read(benchmark::State& st, kvphase::io::tensor_dtype dt, std::size_t bytes) {
+  const std::string path = tensor_file(dt, bytes);
+  const kvphase::io::safetensors_file file(path);
+  std::filesystem::remove(path);  // the mapping stays valid; no file is left behind
+  const buffer x(bytes / sizeof(float), 1);
+  float acc = 0;
+  auto job = [&] {
+    file.for_each_chunk<float>("t", std::size_t(1) << 16, [&](std::span<const float> piece, std::uint64_t) { acc += piece[0]; });
+  };
+  job();  // first touch: page cache and mapping
+  std::vector<double> times, roofs;
+  for (auto _ : st) {
+    roofs.push_back(kvphase::bench::read_seconds(x.p, x.n, 1, 1));
+    const auto t0 = kvphase::bench::clock_type::now();
+    job();
+    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+    times.push_back(sec);
+    st.SetIterationTime(sec);
+  }
+  benchmark::DoNotOptimize(acc);
+  const double roof = kvphase::bench::median(roofs), med = kvphase::bench::median(times);
+  st.SetBytesProcessed(static_cast<std::int64_t>(static_cast<double>(bytes) * static_cast<double>(st.iterations())));
+  st.counters["roofline_frac"] = roof / med;
+  st.counters["median_ms"] = med * 1e3;
+  st.counters["roofline_ms"] = roof * 1e3;
+  st.counters["GBps_median"] = static_cast<double>(bytes) / med * 1e-9;
+  st.SetLabel(kvphase::bench::isa_name());
+}
+
+void BM_read_safetensors_f32(benchmark::State& st) { run_read(st, kvphase::io::tensor_dtype::f32, std::size_t(256) << 20); }
+void BM_read_safetensors_bf16(benchmark::State& st) { run_read(st, kvphase::io::tensor_dtype::bf16, std::size_t(256) << 20); }
+void BM_smoke_read_safetensors_bf16(benchmark::State& st) {
+  run_read(st, kvphase::io::tensor_dtype::bf16, std::size_t(1) << 20);
+}
+
 }  // namespace
 
 #define KV_FULL(fn) BENCHMARK(fn)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(41)
@@ -166,5 +228,9 @@ KV_COLD(BM_plain_loop_gated_w8s4_cold);
 KV_SMOKE(BM_smoke_compress_gated);
 KV_SMOKE(BM_smoke_compress_mean);
 KV_SMOKE(BM_smoke_plain_loop);
+
+BENCHMARK(BM_read_safetensors_f32)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(11);
+BENCHMARK(BM_read_safetensors_bf16)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(11);
+BENCHMARK(BM_smoke_read_safetensors_bf16)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
 
 BENCHMARK_MAIN();

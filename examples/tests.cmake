@@ -174,3 +174,14 @@ endforeach()
 add_test(NAME example.bad_value_exit_2.kvphase-sweep
   COMMAND sh -c "\"$0\" --window abc; test $? -eq 2" $<TARGET_FILE:kvphase-sweep>)
 set_tests_properties(example.bad_value_exit_2.kvphase-sweep PROPERTIES LABELS "example")
+
+# kvphase-inspect on a tiny checkpoint and activation file written by the check itself: the
+# planted slot preference (slot 2) comes back from the weights and from the activations, and the
+# compressed per-phase profile is periodic with period m (tests/inspect_check.py).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME example.inspect_planted_slot
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/inspect_check.py $<TARGET_FILE:kvphase-inspect>
+            ${CMAKE_CURRENT_BINARY_DIR}/inspect_check)
+  set_tests_properties(example.inspect_planted_slot PROPERTIES LABELS "example;inspect")
+endif()

@@ -843,18 +843,66 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
 
 }  // namespace detail
 
+/// The token-wise projections of a token block, as the compressor computes them: the payload
+/// C = X·W_C and the gate logits Z = X·W_Z (N rows each).
+template <class Real>
+struct token_projection {
+  matrix_t<Real> payload;  ///< N × c (two_stream: N × 2c, [stream a | stream b]); W_C empty: X (two_stream: [X | X])
+  matrix_t<Real> logits;   ///< same shape as payload; W_Z empty: zeros
+};
+
+/// Projects x (N × d) with the payload and gate-logit maps of a channel_gate, two_stream or
+/// slot_gate pool (slot_gate: payload only, logits N × 0), with the kernel the compressor uses,
+/// so the rows equal the compressor's intermediate values bit for bit. Throws kvphase::error for
+/// another pool kind or invalid parameters (as compress()).
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] token_projection<Real> project_tokens(const operator_spec& spec, const pool_params<Real>& p,
+                                                    matrix_view<Real> x, index_t head = 0,
+                                                    const compress_options& opt = {}) {
+  require(spec.pool == pool_kind::channel_gate || spec.pool == pool_kind::two_stream || spec.pool == pool_kind::slot_gate,
+          "pool", to_string(spec.pool), "has no token projections (channel_gate, two_stream or slot_gate only)");
+  const index_t N = x.rows(), d = x.cols();
+  detail::validate_call(spec, p, N, d, head, opt, false);
+  const index_t c = p.output_dim(spec, d);
+  const index_t w = spec.pool == pool_kind::two_stream ? 2 * c : c;
+  const int nt = detail::resolve_threads(opt, static_cast<std::size_t>(N * d) * sizeof(Real));
+  token_projection<Real> out;
+  out.payload.resize(N, w);
+  if (p.w_c.size()) {
+    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_c, out.payload.data(), nt);
+  } else {
+    for (index_t t = 0; t < N; ++t)
+      for (index_t k = 0; k < w; ++k) out.payload(t, k) = x(t, k % d);
+  }
+  if (spec.pool == pool_kind::slot_gate) {
+    out.logits.resize(N, 0);
+    return out;
+  }
+  out.logits = matrix_t<Real>::Zero(N, w);
+  if (p.w_z.size()) detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_z, out.logits.data(), nt);
+  return out;
+}
+
+/// Form taking a matrix.
+template <class Real, class Arch = simd::default_arch>
+[[nodiscard]] token_projection<Real> project_tokens(const operator_spec& spec, const pool_params<Real>& p,
+                                                    const matrix_t<Real>& x, index_t head = 0,
+                                                    const compress_options& opt = {}) {
+  return project_tokens<Real, Arch>(spec, p, matrix_view<Real>(x.data(), x.rows(), x.cols()), head, opt);
+}
+
 /// Compresses x (N × d, token-major) for head `head` of `spec` with that head's parameters `p`
-/// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head).
+/// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head). A sequence
+/// with no complete entry gives zero rows (as the reference compressors do).
 /// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
-/// shape or non-finite, a head outside [0, heads), N too small for one complete entry, or an
-/// output of the wrong shape. Deterministic: bitwise identical for any thread count. With a
+/// shape or non-finite, a head outside [0, heads), or an output of the wrong shape. Deterministic: bitwise identical for any thread count. With a
 /// workspace, its buffers are reused (no allocation once sized).
 template <class Real, class Arch = simd::default_arch>
 void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
                    matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {},
                    compress_workspace<Real>* workspace = nullptr) {
   const index_t N = x.rows(), d = x.cols();
-  const index_t E = detail::validate_call(spec, p, N, d, head, opt);
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false);
   const index_t c = p.output_dim(spec, d);
   require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
   require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
@@ -862,12 +910,12 @@ void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix
   detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt, workspace);
 }
 
-/// Allocating form: returns num_entries(N) × output_dim.
+/// Allocating form: returns num_entries(N) × output_dim (0 rows when no entry is complete).
 template <class Real, class Arch = simd::default_arch>
 [[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
                                       index_t head = 0, const compress_options& opt = {}) {
   const index_t N = x.rows(), d = x.cols();
-  const index_t E = detail::validate_call(spec, p, N, d, head, opt);
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false);
   matrix_t<Real> out(E, p.output_dim(spec, d));
   const detail::engine<Real, Arch> eng(spec, p, d, head);
   detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt);

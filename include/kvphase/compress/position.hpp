@@ -11,6 +11,7 @@
 /// Angles and the rotation are computed in double and rounded once to Real, so a rotation adds
 /// at most about one rounding per channel whatever the position.
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <vector>
@@ -53,26 +54,54 @@ inline void rms_norm(Real* row, index_t dim, double eps, const Real* weight = nu
   rms_norm_inplace<Real, Arch>(row, dim, eps, weight);
 }
 
+/// Inverse frequencies θ^(−2k/R), k < R/2, YaRN-scaled when y is on (spec.hpp, yarn_config).
+/// Throws kvphase::error for an invalid θ, R (odd or < 2) or YaRN configuration.
+inline std::vector<double> rope_inverse_frequencies(double theta, index_t R, const yarn_config& y = {}) {
+  require(std::isfinite(theta) && theta > 1.0, "rope.theta", theta, "must be finite and > 1");
+  require(R >= 2 && R % 2 == 0, "rotated channels", R, "must be even and >= 2");
+  y.validate();
+  std::vector<double> f(static_cast<std::size_t>(R / 2));
+  for (index_t k = 0; k < R / 2; ++k)
+    f[static_cast<std::size_t>(k)] = std::pow(theta, -2.0 * static_cast<double>(k) / static_cast<double>(R));
+  if (!y.enabled()) return f;
+  const double two_pi = 6.283185307179586476925286766559;
+  auto pair_of = [&](double rotations) {
+    return static_cast<double>(R) * std::log(y.original_max_position / (rotations * two_pi)) / (2.0 * std::log(theta));
+  };
+  const double low = std::max(std::floor(pair_of(y.beta_fast)), 0.0);
+  double high = std::min(std::ceil(pair_of(y.beta_slow)), static_cast<double>(R - 1));
+  if (high == low) high += 0.001;
+  for (index_t k = 0; k < R / 2; ++k) {
+    const double ramp = std::clamp((static_cast<double>(k) - low) / (high - low), 0.0, 1.0);
+    double& v = f[static_cast<std::size_t>(k)];
+    v = v * (1.0 - ramp) + (v / y.factor) * ramp;
+  }
+  return f;
+}
+
 /// Inverse frequencies of a RoPE configuration for rows of `dim` channels: pair k of the
 /// rotated part (channels dim − R + 2k, dim − R + 2k + 1, R = rope_dim or dim when 0) turns by
-/// position · inv_freq[k], inv_freq[k] = θ^(−2k/R).
+/// position · inv_freq[k]: cfg.inv_freq when given, else rope_inverse_frequencies(θ, R, yarn).
 struct rope_frequencies {
   index_t dim = 0;         ///< channels of a row
   index_t rotated = 0;     ///< R: rotated channels (the last R)
   std::vector<double> inv_freq;
 
   rope_frequencies() = default;
-  /// Throws kvphase::error for an invalid config or when R > dim or R is odd.
+  /// Throws kvphase::error for an invalid config, when R > dim or R is odd, or when explicit
+  /// frequencies do not number R/2.
   rope_frequencies(const rope_config& cfg, index_t dim_) : dim(dim_) {
     require(dim_ >= 1, "dim", dim_, "must be >= 1");
     cfg.validate(dim_);
     rotated = cfg.rope_dim == 0 ? dim_ : cfg.rope_dim;
     require(rotated % 2 == 0, "rope.rope_dim", rotated,
             "rotated channel count must be even (rope_dim = 0 rotates all channels: dim must be even)");
-    inv_freq.resize(static_cast<std::size_t>(rotated / 2));
-    for (index_t k = 0; k < rotated / 2; ++k) {
-      inv_freq[static_cast<std::size_t>(k)] =
-          std::pow(cfg.theta, -2.0 * static_cast<double>(k) / static_cast<double>(rotated));
+    if (!cfg.inv_freq.empty()) {
+      require(static_cast<index_t>(cfg.inv_freq.size()) * 2 == rotated, "rope.inv_freq.size()", cfg.inv_freq.size(),
+              "must be half the rotated channels (" + std::to_string(rotated / 2) + ")");
+      inv_freq = cfg.inv_freq;
+    } else if (rotated > 0) {
+      inv_freq = rope_inverse_frequencies(cfg.theta, rotated, cfg.yarn);
     }
   }
 };

@@ -79,21 +79,70 @@ inline void parse(std::string_view s, rope_anchor& out) {
   else fail("rope.anchor", std::string(s), "must be none, start, end or centre");
 }
 
+/// YaRN scaling of RoPE frequencies (Peng et al. 2023, "YaRN: Efficient Context Window
+/// Extension of Large Language Models", the NTK-by-parts interpolation as published and as the
+/// Hugging Face rope utilities compute it). With R rotated channels, base frequencies
+/// f_k = θ^(−2k/R) and d(r) = R · ln(L / (2π r)) / (2 ln θ) (the pair index that turns r times
+/// over the original length L): low = max(⌊d(β_fast)⌋, 0), high = min(⌈d(β_slow)⌉, R − 1),
+/// ramp_k = clamp((k − low) / (high − low), 0, 1) (high − low = 0 counts as 0.001), and
+/// f'_k = f_k · (1 − ramp_k) + (f_k / factor) · ramp_k: fast pairs keep their frequency, slow
+/// pairs are interpolated by the factor. The attention factor (0.1 ln factor + 1) is not applied:
+/// DeepSeek-V4 fixes it at 1. factor = 1 means no scaling.
+struct yarn_config {
+  double factor = 1.0;                 ///< s ≥ 1 (1 = off)
+  double original_max_position = 0.0;  ///< L: the pre-extension context (V4: 65536)
+  double beta_fast = 32.0;             ///< β_fast
+  double beta_slow = 1.0;              ///< β_slow
+  [[nodiscard]] bool enabled() const noexcept { return factor != 1.0; }
+  void validate() const {
+    require(std::isfinite(factor) && factor >= 1.0, "rope.yarn.factor", factor, "must be finite and >= 1 (1 = off)");
+    if (!enabled()) return;
+    require(std::isfinite(original_max_position) && original_max_position >= 1.0, "rope.yarn.original_max_position",
+            original_max_position, "must be finite and >= 1 when YaRN is on");
+    require(std::isfinite(beta_slow) && beta_slow > 0.0, "rope.yarn.beta_slow", beta_slow, "must be finite and > 0");
+    require(std::isfinite(beta_fast) && beta_fast > beta_slow, "rope.yarn.beta_fast", beta_fast,
+            "must be finite and > beta_slow");
+  }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("factor", factor);
+    v("original_max_position", original_max_position);
+    v("beta_fast", beta_fast);
+    v("beta_slow", beta_slow);
+  }
+  friend bool operator==(const yarn_config& a, const yarn_config& b) { return fields::equal(a, b); }
+};
+
 /// RoPE applied to compressed entries (and, in attention models, to raw keys and queries).
+/// Inverse frequencies: `inv_freq` when given (R/2 values, as a checkpoint or config states
+/// them), else θ^(−2k/R), YaRN-scaled when `yarn` is on (compress/position.hpp computes them).
 struct rope_config {
   rope_anchor anchor = rope_anchor::none;  ///< none = NoPE
   double theta = 10000.0;                  ///< base θ
   index_t rope_dim = 0;                    ///< rotated channels (the last rope_dim); 0 = all
+  std::vector<double> inv_freq{};          ///< explicit inverse frequencies (empty: from θ and yarn)
+  yarn_config yarn{};                      ///< YaRN scaling of the θ frequencies (factor 1: none)
   void validate(index_t dim = -1) const {
     require(std::isfinite(theta) && theta > 1.0, "rope.theta", theta, "must be finite and > 1");
     require(rope_dim >= 0 && rope_dim % 2 == 0, "rope.rope_dim", rope_dim, "must be even and >= 0");
     if (dim >= 0) require(rope_dim <= dim, "rope.rope_dim", rope_dim, "must be <= the channel count");
+    yarn.validate();
+    require(inv_freq.empty() || !yarn.enabled(), "rope.inv_freq", "(given)",
+            "explicit inverse frequencies exclude YaRN scaling (give one or the other)");
+    for (std::size_t k = 0; k < inv_freq.size(); ++k)
+      if (!(std::isfinite(inv_freq[k]) && inv_freq[k] >= 0.0))
+        fail("rope.inv_freq[" + std::to_string(k) + "]", inv_freq[k], "must be finite and >= 0");
+    if (!inv_freq.empty() && rope_dim > 0)
+      require(static_cast<index_t>(inv_freq.size()) * 2 == rope_dim, "rope.inv_freq.size()", inv_freq.size(),
+              "must be rope_dim / 2 = " + std::to_string(rope_dim / 2));
   }
   template <class V>
   void visit_fields(V&& v) {
     v("anchor", anchor);
     v("theta", theta);
     v("rope_dim", rope_dim);
+    v("inv_freq", inv_freq, fields::omit_default);
+    v("yarn", yarn, fields::omit_default);
   }
   friend std::ostream& operator<<(std::ostream& os, const rope_config& r) { return fields::print(os, r, "rope_config"); }
 };

@@ -19,7 +19,10 @@
 /// Field types: bool, integers, double, std::string, enums with an ADL `to_string(E)` and
 /// `parse(std::string_view, E&)`, std::vector of integers or doubles, and nested structs that
 /// have their own visit_fields. A field flagged `not_keyed` is printed and serialised but left
-/// out of canonical(): trials, threads, shard — what extends or partitions a sample.
+/// out of canonical(): trials, threads, shard — what extends or partitions a sample. A field
+/// flagged `omit_default` is left out of canonical(), equal() texts and JSON output while it holds
+/// its default value (T{}): an optional field added later leaves every existing stream key and
+/// output unchanged until it is used.
 
 #include <charconv>
 #include <concepts>
@@ -33,7 +36,7 @@
 namespace kvphase::fields {
 
 /// Flags of a field.
-enum flags : unsigned { none = 0, not_keyed = 1u };
+enum flags : unsigned { none = 0, not_keyed = 1u, omit_default = 2u };
 
 template <class T>
 concept visitable = requires(T& t) { t.visit_fields([](const char*, auto&, unsigned = 0) {}); };
@@ -47,6 +50,16 @@ template <class T>
 struct is_vector : std::false_type {};
 template <class T, class A>
 struct is_vector<std::vector<T, A>> : std::true_type {};
+
+template <class T>
+[[nodiscard]] bool equal(const T& a, const T& b);
+
+/// Whether v equals a default-constructed T (for fields flagged omit_default).
+template <class T>
+[[nodiscard]] bool is_default(const T& v) {
+  if constexpr (visitable<T>) return equal(v, T{});
+  else return v == T{};
+}
 
 namespace detail {
 
@@ -97,6 +110,7 @@ struct text_visitor {
   template <class T>
   void operator()(const char* name, const T& v, unsigned f = none) const {
     if (keyed_only && (f & not_keyed)) return;
+    if ((f & omit_default) && is_default(v)) return;
     out += name;
     if constexpr (visitable<T>) {
       out += ".{";
@@ -158,7 +172,7 @@ std::ostream& print(std::ostream& os, const T& cfg, std::string_view name) {
 }
 
 /// Field-by-field equality.
-template <visitable T>
+template <class T>
 [[nodiscard]] bool equal(const T& a, const T& b) {
   std::string sa, sb;
   const_cast<T&>(a).visit_fields(detail::text_visitor{sa, false});

@@ -30,7 +30,9 @@ nlohmann::ordered_json field_json(const T& v) {
     return std::string(to_string(v));
   } else if constexpr (fields::visitable<T>) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
-    const_cast<T&>(v).visit_fields([&](const char* n, const auto& x, unsigned = fields::none) { j[n] = field_json(x); });
+    const_cast<T&>(v).visit_fields([&](const char* n, const auto& x, unsigned f = fields::none) {
+      if (!((f & fields::omit_default) && fields::is_default(x))) j[n] = field_json(x);
+    });
     return j;
   } else if constexpr (fields::is_vector<T>::value) {
     nlohmann::ordered_json j = nlohmann::ordered_json::array();
