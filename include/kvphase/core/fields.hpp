@@ -54,10 +54,12 @@ struct is_vector<std::vector<T, A>> : std::true_type {};
 template <class T>
 [[nodiscard]] bool equal(const T& a, const T& b);
 
-/// Whether v equals a default-constructed T (for fields flagged omit_default).
+/// Whether v equals a default-constructed T (for fields flagged omit_default). A type without a
+/// default (e.g. tasks::any_task) never counts as default, so such a field is always written.
 template <class T>
 [[nodiscard]] bool is_default(const T& v) {
-  if constexpr (visitable<T>) return equal(v, T{});
+  if constexpr (!std::is_default_constructible_v<T>) return false;
+  else if constexpr (visitable<T>) return equal(v, T{});
   else return v == T{};
 }
 
