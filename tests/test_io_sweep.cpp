@@ -252,3 +252,86 @@ TEST_CASE("merge: missing, duplicate and mismatched shards fail with a clear mes
   CHECK_THROWS_WITH(io::merge_shards(extra, names), Catch::Contains("extra columns of s1.csv"));
   CHECK_THROWS_WITH(io::merge_shards({}), Catch::Contains("shards"));
 }
+
+namespace {
+// A paired result (design shifted): 4 phases, the same `items` items in every phase, shard s of
+// n holding items [s·items/n, (s+1)·items/n) of a fixed pattern list.
+io::sweep_result paired_result(std::int64_t s = 0, std::int64_t n = 1, std::int64_t items = 60) {
+  io::sweep_result r;
+  r.prov = io::make_provenance({{"task", "needle"}, {"design", "shifted"}, {"trials", items}}, 7, 1);
+  r.prov.shard_index = s;
+  r.prov.shard_count = n;
+  r.analysis = {.modulus = 4, .period = 4, .permutations = 199, .bootstrap_replicates = 100, .seed = 7};
+  for (const char* name : {"compressed", "full"}) {
+    auto pc = kvphase::stats::paired_counts::zero(4);
+    for (std::int64_t i = s * items / n; i < (s + 1) * items / n; ++i) {
+      std::vector<std::uint8_t> o(4);
+      for (int g = 0; g < 4; ++g) o[g] = std::string(name) == "full" ? 1 : ((i * 7 + g * 3) % 5 < 2 + (g == 2));
+      pc.add_item(std::span<const std::uint8_t>(o));
+    }
+    io::phase_counts m;
+    m.model = name;
+    m.trials.assign(4, pc.items);
+    m.hits = pc.hits;
+    m.paired = pc;
+    r.models.push_back(m);
+  }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("paired: CSV and JSON carry the paired counts and tests, shards merge exactly", "[io][sweep][paired]") {
+  const auto whole = paired_result();
+  for (const char* fmt : {"csv", "json"}) {
+    const auto text = sweep_text(whole, fmt);
+    const auto back = io::parse_sweep(text);
+    CHECK(back.models == whole.models);
+    CHECK(text.find("cochran") != std::string::npos);
+    CHECK(text.find("mcnemar") != std::string::npos);
+  }
+  const auto j = sweep_json(whole);
+  const auto s = kvphase::stats::summarize(whole.models, whole.analysis);
+  CHECK(j["models"][0]["paired"]["cochran_p"].get<double>() == s[0].paired->cochran.p);
+  CHECK(j["models"][0]["paired"]["flips"].get<std::int64_t>() == whole.models[0].paired->flips());
+  CHECK(j["models"][1]["paired"]["flips"].get<std::int64_t>() == 0);
+  std::vector<io::sweep_result> shards;
+  for (std::int64_t i = 0; i < 3; ++i) shards.push_back(io::parse_sweep(sweep_text(paired_result(i, 3), i % 2 ? "json" : "csv")));
+  const auto merged = io::merge_shards(shards);
+  CHECK(merged.models == whole.models);
+  CHECK(without_provenance(sweep_text(merged, "csv")) == without_provenance(sweep_text(whole, "csv")));
+  auto mixed = shards;
+  mixed[1].models[0].paired.reset();
+  CHECK_THROWS_WITH(io::merge_shards(mixed), Catch::Contains("paired counts") && Catch::Contains("every shard"));
+}
+
+TEST_CASE("paired: inconsistent or hostile paired counts are refused naming the rule", "[io][sweep][paired]") {
+  const auto whole = paired_result();
+  auto bad = whole;
+  bad.models[0].paired->hits[0] += 1;
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("paired"));
+  bad = whole;
+  bad.models[0].trials[1] += 1;
+  bad.models[0].trials[1] -= 0;
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("paired.items"));
+  const std::string csv = sweep_text(whole, "csv");
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string t = csv;
+    const auto at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    return t;
+  };
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"groups\":4", "\"groups\":65"), "x.csv"),
+                    Catch::Contains("x.csv") && Catch::Contains("groups") && Catch::Contains("[2, 64]"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"groups\":4", "\"groups\":3"), "x.csv"), Catch::Contains("x.csv"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"items\":60", "\"items\":-1"), "x.csv"),
+                    Catch::Contains("items") && Catch::Contains("[0, 2^53]"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"model\":\"full\"", "\"model\":\"nobody\""), "x.csv"),
+                    Catch::Contains("nobody") && Catch::Contains("no rows"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"row_totals\":[", "\"row_totals\":[1,"), "x.csv"),
+                    Catch::Contains("row_totals") && Catch::Contains("5 integers"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"discordant\":[0,", "\"discordant\":[1,"), "x.csv"),
+                    Catch::Contains("diagonal"));
+  CHECK_THROWS_WITH(io::parse_sweep_csv(edit("\"discordant\":[0,", "\"discordant\":[\"a\","), "x.csv"),
+                    Catch::Contains("discordant[0]"));
+}
