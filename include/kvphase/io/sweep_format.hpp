@@ -232,6 +232,9 @@ inline void require_summaries(const sweep_result& r, const std::vector<model_sum
   for (std::size_t m = 0; m < s.size(); ++m)
     require(s[m].paired.has_value() == r.models[m].paired.has_value(), "summaries[" + std::to_string(m) + "].paired",
             s[m].paired.has_value(), "must be present exactly when the model has paired counts");
+  for (std::size_t m = 0; m < s.size(); ++m)
+    require(s[m].scores.has_value() == r.models[m].scores.has_value(), "summaries[" + std::to_string(m) + "].scores",
+            s[m].scores.has_value(), "must be present exactly when the model has scores");
 }
 inline std::string summary_line(const model_summary& s) {
   std::ostringstream os;
@@ -258,6 +261,43 @@ inline std::string paired_line(const model_summary& s) {
      << format_shortest(p.best_vs_worst_p_adjusted) << "), flips " << p.flips << " (" << format_shortest(p.flip_fraction)
      << " [" << format_shortest(p.flip_ci.low) << ", " << format_shortest(p.flip_ci.high) << "])";
   return os.str();
+}
+inline std::string scores_line(const model_summary& s) {
+  const auto& c = *s.scores;
+  std::ostringstream os;
+  os << "scores " << s.model << ": mean by phase [";
+  for (std::size_t g = 0; g < c.mean.size(); ++g) os << (g ? ", " : "") << format_shortest(c.mean[g]);
+  os << "], uniformity F " << format_shortest(c.uniformity.statistic) << " p " << format_shortest(c.uniformity.p)
+     << ", period " << c.period << " F " << format_shortest(c.periodicity.statistic) << " p "
+     << format_shortest(c.periodicity.p);
+  if (c.friedman) os << ", friedman " << format_shortest(c.friedman->statistic) << " p " << format_shortest(c.friedman->p);
+  return os.str();
+}
+inline ordered_json scores_json(const stats::score_summary& c) {
+  ordered_json o;
+  o["n"] = c.n;
+  o["mean"] = c.mean;
+  o["sd"] = c.sd;
+  std::vector<double> lo, hi;
+  for (const auto& i : c.ci) {
+    lo.push_back(i.low);
+    hi.push_back(i.high);
+  }
+  o["ci_low"] = lo;
+  o["ci_high"] = hi;
+  o["uniformity_f"] = c.uniformity.statistic;
+  o["uniformity_dof"] = c.uniformity.dof;
+  o["uniformity_p"] = c.uniformity.p;
+  o["period"] = c.period;
+  o["period_f"] = c.periodicity.statistic;
+  o["period_dof"] = c.periodicity.dof;
+  o["period_p"] = c.periodicity.p;
+  if (c.friedman) {
+    o["friedman_statistic"] = c.friedman->statistic;
+    o["friedman_dof"] = c.friedman->dof;
+    o["friedman_p"] = c.friedman->p;
+  }
+  return o;
 }
 inline ordered_json paired_json(const stats::paired_counts& c, const stats::paired_summary& p) {
   ordered_json o = to_json(c);
@@ -301,6 +341,8 @@ inline void write_sweep_csv(std::ostream& os, const sweep_result& r, const std::
     w.comment("run_columns: " + names.dump());
   }
   for (const auto& s : summaries) w.comment(detail::summary_line(s));
+  for (const auto& s : summaries)
+    if (s.scores) w.comment(detail::scores_line(s));
   for (std::size_t m = 0; m < r.models.size(); ++m)
     if (r.models[m].paired) {
       w.comment(detail::paired_line(summaries[m]));
@@ -396,6 +438,7 @@ inline ordered_json sweep_to_json(const sweep_result& r, const std::vector<model
       o["gap_minus_baseline_simultaneous_high"] = s.vs_baseline->simultaneous.high;
     }
     if (c.paired) o["paired"] = detail::paired_json(*c.paired, *s.paired);
+    if (s.scores) o["scores"] = detail::scores_json(*s.scores);
     j["models"].push_back(std::move(o));
   }
   return j;

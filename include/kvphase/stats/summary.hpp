@@ -21,6 +21,7 @@
 #include "kvphase/stats/intervals.hpp"
 #include "kvphase/stats/paired.hpp"
 #include "kvphase/stats/periodicity.hpp"
+#include "kvphase/stats/scores.hpp"
 #include "kvphase/stats/uniformity.hpp"
 
 namespace kvphase::stats {
@@ -41,6 +42,8 @@ struct phase_counts {
   /// Paired design (the same item in every group): the per-item outcome counts; then
   /// trials[g] = paired->items and hits[g] = paired->hits[g] for every g.
   std::optional<paired_counts> paired;
+  /// Continuous per-item scores by phase (external evaluations): summarised, written, not read back.
+  std::optional<score_moments> scores;
   friend bool operator==(const phase_counts&, const phase_counts&) = default;
 };
 
@@ -87,6 +90,8 @@ struct model_summary {
   /// With paired counts: Cochran's Q, McNemar best vs worst group, the flip count
   /// (stats/paired.hpp; permutations and seed from the analysis, stream model + "|paired").
   std::optional<paired_summary> paired;
+  /// With scores: per-phase means and intervals, F tests, Friedman (stats/scores.hpp).
+  std::optional<score_summary> scores;
 };
 
 /// Stream seed of model `model`'s permutations and bootstrap.
@@ -131,6 +136,11 @@ inline model_summary summarize(const phase_counts& m, const analysis_options& a)
                                             .interval = a.interval,
                                             .permutations = a.permutations,
                                             .seed = model_stream_seed(a.seed, m.model + "|paired")});
+  }
+  if (m.scores) {
+    require(static_cast<std::int64_t>(m.scores->n.size()) == a.modulus, "model " + m.model + " scores.n.size()",
+            m.scores->n.size(), "must equal analysis.modulus = " + std::to_string(a.modulus));
+    s.scores = summarize_scores(*m.scores, a.period, a.confidence);
   }
   return s;
 }
