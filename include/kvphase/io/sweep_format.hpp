@@ -710,10 +710,11 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
                "run columns must be the same on every row (row 1: " + detail::excerpt(r.columns[e].second) + ")");
       }
     }
-    for (auto& [model, pcnt] : paired) {
+    for (auto& entry : paired) {
+      const std::string& model = entry.first;  // (no structured binding: clang 14 cannot capture one)
       auto it = std::find_if(r.models.begin(), r.models.end(), [&](const phase_counts& m) { return m.model == model; });
       if (it == r.models.end()) fail(src + " paired_counts model", detail::excerpt(model), "has no rows");
-      it->paired = std::move(pcnt);
+      it->paired = std::move(entry.second);
     }
     r.validate();
     return r;
