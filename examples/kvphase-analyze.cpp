@@ -83,11 +83,13 @@ int main(int argc, char** argv) {
                           {"out", out}};
     config = nlohmann::json::parse(config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     auto prov = io::make_provenance(std::move(config), seed, 1, argc, argv);
-    const io::sweep_result r = io::evaluation_result(
-        d, o,
-        {.confidence = confidence, .permutations = permutations, .bootstrap_replicates = bootstrap, .seed = seed,
-         .baseline = baseline},
-        std::move(prov));
+    const io::sweep_result r = io::evaluation_result(d, o,
+                                                     {.confidence = confidence,
+                                                      .permutations = permutations,
+                                                      .bootstrap_replicates = bootstrap,
+                                                      .seed = seed,
+                                                      .baseline = baseline},
+                                                     std::move(prov));
     const std::string text = io::sweep_text(r, kvphase::stats::summarize(r.models, r.analysis), format);
     if (out.empty()) std::cout << text << std::flush;
     else {

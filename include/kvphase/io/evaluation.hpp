@@ -61,9 +61,11 @@ struct evaluation_options {
   [[nodiscard]] std::int64_t groups() const noexcept { return modulus > 0 ? modulus : stride; }
   void validate() const {
     require(stride >= 2 && stride <= read_limits::modulus, "stride", stride, "must be in [2, 4096]");
-    require(modulus >= 0 && modulus <= read_limits::modulus, "modulus", modulus, "must be in [0, 4096] (0: the stride)");
+    require(modulus >= 0 && modulus <= read_limits::modulus, "modulus", modulus,
+            "must be in [0, 4096] (0: the stride)");
     require(groups() % stride == 0, "modulus", groups(), "must be a multiple of the stride " + std::to_string(stride));
-    require(origin > -(std::int64_t(1) << 40) && origin < (std::int64_t(1) << 40), "origin", origin, "must be within ±2^40");
+    require(origin > -(std::int64_t(1) << 40) && origin < (std::int64_t(1) << 40), "origin", origin,
+            "must be within ±2^40");
     require(static_cast<std::int64_t>(by.size()) <= read_limits::extra_columns, "by", by.size(),
             "must name at most 64 columns");
     for (const auto& b : by) require(!b.empty(), "by", "\"\"", "column names must be non-empty");
@@ -133,7 +135,9 @@ class evaluation_builder {
   template <class Get>
   void add(std::size_t line, Get&& get) {
     const auto& c = o_.columns;
-    auto where = [&](const std::string& col) { return d_.source + " line " + std::to_string(line) + " column " + excerpt(col); };
+    auto where = [&](const std::string& col) {
+      return d_.source + " line " + std::to_string(line) + " column " + excerpt(col);
+    };
     auto need = [&](const std::string& col) {
       auto v = get(col);
       if (!v) fail(where(col), "(absent)", "is required in every record (it is in use)");
@@ -143,7 +147,8 @@ class evaluation_builder {
     r.line = line;
     if (use_position_) {
       const std::int64_t p = as_int(need(c.position), where(c.position));
-      require(p > -(std::int64_t(1) << 40) && p < (std::int64_t(1) << 40), where(c.position), p, "must be within ±2^40");
+      require(p > -(std::int64_t(1) << 40) && p < (std::int64_t(1) << 40), where(c.position), p,
+              "must be within ±2^40");
       r.phase = ((p - o_.origin) % d_.groups + d_.groups) % d_.groups;
     } else {
       r.phase = as_int(need(c.phase), where(c.phase));
@@ -233,7 +238,8 @@ class evaluation_builder {
 }  // namespace detail
 
 /// Parses CSV evaluation results (see the file comment).
-inline evaluation_data parse_evaluation_csv(std::string_view text, std::string_view source, const evaluation_options& o) {
+inline evaluation_data parse_evaluation_csv(std::string_view text, std::string_view source,
+                                            const evaluation_options& o) {
   const std::string src(source);
   return detail::naming_source(src, [&] {
     const csv_table t = parse_csv(text, source);
@@ -254,7 +260,8 @@ inline evaluation_data parse_evaluation_csv(std::string_view text, std::string_v
 }
 
 /// Parses JSON Lines evaluation results (see the file comment).
-inline evaluation_data parse_evaluation_jsonl(std::string_view text, std::string_view source, const evaluation_options& o) {
+inline evaluation_data parse_evaluation_jsonl(std::string_view text, std::string_view source,
+                                              const evaluation_options& o) {
   const std::string src(source);
   return detail::naming_source(src, [&] {
     text = detail::strip_bom(text);

@@ -91,8 +91,8 @@ struct paired_recorder {
 
   paired_recorder() = default;
   paired_recorder(index_t g, index_t first_trial, index_t n)
-      : groups(g), first(first_trial), trials(n),
-        compressed(static_cast<std::size_t>(g * n), 0), full(static_cast<std::size_t>(g * n), 0) {}
+      : groups(g), first(first_trial), trials(n), compressed(static_cast<std::size_t>(g * n), 0),
+        full(static_cast<std::size_t>(g * n), 0) {}
   void record(index_t g, index_t k, bool comp_hit, bool full_hit) noexcept {
     const auto i = static_cast<std::size_t>(g * trials + (k - first));
     compressed[i] = comp_hit;
@@ -103,7 +103,8 @@ struct paired_recorder {
     auto c = stats::paired_counts::zero(groups);
     std::vector<std::uint8_t> row(static_cast<std::size_t>(groups));
     for (index_t k = 0; k < trials; ++k) {
-      for (index_t g = 0; g < groups; ++g) row[static_cast<std::size_t>(g)] = bits[static_cast<std::size_t>(g * trials + k)];
+      for (index_t g = 0; g < groups; ++g)
+        row[static_cast<std::size_t>(g)] = bits[static_cast<std::size_t>(g * trials + k)];
       c.add_item(std::span<const std::uint8_t>(row));
     }
     return c;

@@ -58,7 +58,8 @@ struct score_moments {
 };
 
 /// F test of equal means across groups given their moments.
-inline test_result anova_f_test(std::span<const std::int64_t> n, std::span<const double> mean, std::span<const double> m2) {
+inline test_result anova_f_test(std::span<const std::int64_t> n, std::span<const double> mean,
+                                std::span<const double> m2) {
   test_result r;
   r.test = "anova_f";
   double N = 0, sum = 0, within = 0;
@@ -90,14 +91,15 @@ struct score_summary {
   std::vector<interval> ci;  ///< Student t at the confidence (not clamped to [0, 1])
   test_result uniformity;    ///< F across the M phases
   std::int64_t period = 0;
-  test_result periodicity;   ///< F across the S residues mod the period
+  test_result periodicity;  ///< F across the S residues mod the period
   std::optional<test_result> friedman;
 };
 
 inline score_summary summarize_scores(const score_moments& s, std::int64_t period, double confidence = 0.95) {
   require_confidence(confidence, "scores.confidence");
   const std::size_t M = s.n.size();
-  require(M >= 1 && s.mean.size() == M && s.m2.size() == M, "scores", M, "n, mean and m2 must have one entry per phase");
+  require(M >= 1 && s.mean.size() == M && s.m2.size() == M, "scores", M,
+          "n, mean and m2 must have one entry per phase");
   require(period >= 1 && static_cast<std::size_t>(period) <= M && M % static_cast<std::size_t>(period) == 0,
           "scores.period", period, "must divide the number of phases " + std::to_string(M));
   score_summary r;
