@@ -66,6 +66,7 @@ struct cli_options {
   index_t pad_min = 24;
   std::optional<index_t> lengths;
   std::string engine = "auto";
+  std::string design = "independent";
   index_t trials = 1000;
   std::uint64_t seed = 1;
   std::uint64_t params_seed = 0;
@@ -135,6 +136,7 @@ sim::sweep_config make_config(const cli_options& o) {
   c.op = make_operator(o);
   c.task = sim::make_task(o.task);
   c.engine = sim::parse_engine(o.engine);
+  c.design = sim::parse_design(o.design);
   c.window = o.raw_window;
   c.trials = o.trials;
   c.seed = o.seed;
@@ -235,6 +237,11 @@ int main(int argc, char** argv) {
                  "auto (score where exact, else key), key (generate keys) or score (sample scores; exact for "
                  "Gaussian keys and linear pools)")
       ->check(CLI::IsMember({"auto", "key", "score"}))
+      ->capture_default_str();
+  app.add_option("--design", o.design,
+                 "independent (each phase group its own contexts) or shifted (one item per trial, shifted by "
+                 "prefix padding to every phase; adds the paired tests)")
+      ->check(CLI::IsMember({"independent", "shifted"}))
       ->capture_default_str();
   cl::add_int(app, "--trials", o.trials, 1, index_t(1) << 40, "trials per phase group");
   cl::add_u64(app, "--seed", o.seed, "random seed");

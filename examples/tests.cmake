@@ -166,7 +166,7 @@ add_test(NAME example.sweep_determinism_general_kv-pairs
 set_tests_properties(example.sweep_determinism_general_kv-pairs PROPERTIES LABELS "example;sim")
 # Every program exits 2 (not CLI11's own 100+ codes) on an unknown flag or a value that does not
 # convert, with a message naming it (examples/cli_common.hpp).
-foreach(_prog kvphase-sweep kvphase-merge demo paper_findings train_phase)
+foreach(_prog kvphase-sweep kvphase-merge kvphase-analyze demo paper_findings train_phase)
   add_test(NAME example.bad_flag_exit_2.${_prog}
     COMMAND sh -c "\"$0\" --no-such-flag; test $? -eq 2" $<TARGET_FILE:${_prog}>)
   set_tests_properties(example.bad_flag_exit_2.${_prog} PROPERTIES LABELS "example")

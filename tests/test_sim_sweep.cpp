@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvphase/compress/pool.hpp>
+#include <kvphase/compress/presets.hpp>
 #include <kvphase/core/simd.hpp>
 #include <kvphase/sim/linear_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
@@ -419,4 +420,94 @@ TEST_CASE("sweep: general key-space path for operators that are not linear in th
   c.engine = sim::engine_kind::key;
   c.op.heads = 2;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
+}
+
+TEST_CASE("design shifted: one item per trial, paired counts exact across threads and shards", "[sim][design]") {
+  for (auto t : {"needle", "kv-pairs"}) {
+    for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) {
+      auto c = kvphase::test::small_sweep(t, e);
+      c.design = sim::design_kind::shifted;
+      INFO(c);
+      c.threads = 1;
+      const auto one = sim::run_sweep(c);
+      REQUIRE(one.compressed_paired.has_value());
+      REQUIRE(one.full_paired.has_value());
+      const auto& pc = *one.compressed_paired;
+      CHECK(pc.items == c.trials);
+      CHECK_NOTHROW(pc.validate());
+      for (std::size_t g = 0; g < one.compressed.size(); ++g) {
+        CHECK(pc.hits[g] == one.compressed[g].hits);
+        CHECK(one.full_paired->hits[g] == one.full[g].hits);
+      }
+      // full attention does not see the grid: the same item gives the same answer in every group
+      CHECK(one.full_paired->flips() == 0);
+      c.threads = 2;
+      const auto two = sim::run_sweep(c);
+      CHECK(two.compressed == one.compressed);
+      CHECK(two.compressed_paired == one.compressed_paired);
+      CHECK(two.full_paired == one.full_paired);
+      for (index_t n : {2, 5}) {
+        kvphase::stats::paired_counts comp, full;
+        for (index_t i = 0; i < n; ++i) {
+          c.shard = {i, n};
+          const auto part = sim::run_sweep(c);
+          comp += *part.compressed_paired;
+          full += *part.full_paired;
+        }
+        CHECK(comp == *one.compressed_paired);
+        CHECK(full == *one.full_paired);
+      }
+      // the independent design keeps no paired counts, and its draws are unchanged by the field
+      c.shard = {};
+      c.design = sim::design_kind::independent;
+      CHECK_FALSE(sim::run_sweep(c).compressed_paired.has_value());
+    }
+  }
+}
+
+TEST_CASE("design shifted: per-phase recall equals the independent design's (5-sigma), items change answer with phase",
+          "[sim][design]") {
+  sim::sweep_config c;
+  c.task = kvphase::tasks::needle_config{.context = 1024, .dim = 32};
+  c.op = {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::slot_gate,
+          .slot_bias = {0, 1, 2, 0}, .content_std = 0.3};
+  c.trials = 1500;
+  c.seed = 3;
+  const auto ind = sim::run_sweep(c);
+  c.design = sim::design_kind::shifted;
+  const auto sh = sim::run_sweep(c);
+  for (std::size_t g = 0; g < 4; ++g)
+    for (int m = 0; m < 2; ++m) {
+      const auto& x = m ? ind.full[g] : ind.compressed[g];
+      const auto& y = m ? sh.full[g] : sh.compressed[g];
+      const double p1 = double(x.hits) / x.trials, p2 = double(y.hits) / y.trials;
+      const double p = double(x.hits + y.hits) / (x.trials + y.trials);
+      const double se = std::sqrt(std::max(p * (1 - p), 1.0 / (x.trials + y.trials)) * (1.0 / x.trials + 1.0 / y.trials));
+      INFO("group " << g << " model " << m << " independent " << p1 << " shifted " << p2);
+      CHECK(std::abs(p1 - p2) <= 5 * se);
+    }
+  // phase 2 is the gate's preferred slot: most items are found there and lost elsewhere
+  const auto& pc = *sh.compressed_paired;
+  CHECK(pc.flips() > pc.items / 2);
+  CHECK(pc.hits[2] > pc.hits[0]);
+}
+
+TEST_CASE("design shifted: general key-space path and refused configurations", "[sim][design][errors]") {
+  auto c = kvphase::test::small_general_sweep("needle", compress::preset("v4_csa"));
+  c.design = sim::design_kind::shifted;
+  const auto one = sim::run_sweep(c);
+  REQUIRE(one.compressed_paired.has_value());
+  CHECK(one.compressed_paired->groups == 8);
+  CHECK(one.full_paired->flips() == 0);
+  c.threads = 1;
+  CHECK(sim::run_sweep(c).compressed_paired == one.compressed_paired);
+  auto p = kvphase::test::small_sweep("padding", sim::engine_kind::score);
+  p.design = sim::design_kind::shifted;
+  CHECK_THROWS_WITH(p.validate(), Catch::Contains("design") && Catch::Contains("phase task"));
+  auto m = kvphase::test::small_sweep("needle", sim::engine_kind::score);
+  m.design = sim::design_kind::shifted;
+  m.modulus = 128;
+  m.task = kvphase::tasks::needle_config{.context = 8192, .dim = 16};
+  CHECK_THROWS_WITH(m.validate(), Catch::Contains("design") && Catch::Contains("64"));
+  CHECK_THROWS_WITH(sim::parse_design("paired"), Catch::Contains("independent or shifted"));
 }

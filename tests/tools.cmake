@@ -40,7 +40,7 @@ endif()
 # share/kvphase/ and finds its helper module beside its target)
 if(KVPHASE_BUILD_EXAMPLES)
   add_test(NAME consumer.installed_programs
-    COMMAND sh -c "set -e; for p in kvphase-sweep kvphase-merge kvphase-theory kvphase-plot; do
+    COMMAND sh -c "set -e; for p in kvphase-sweep kvphase-merge kvphase-analyze kvphase-theory kvphase-plot; do
       '${_kv_cbin}/prefix/bin/'$p --help > /dev/null; echo $p runs; done")
   set_tests_properties(consumer.installed_programs PROPERTIES FIXTURES_REQUIRED kvphase_installed
     LABELS "consumer" PASS_REGULAR_EXPRESSION "kvphase-plot runs")

@@ -136,6 +136,7 @@ struct csv_table {
   std::vector<std::string> comments;
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::size_t> row_lines;  ///< 1-based line where each row starts
 
   /// Index of the header column `name`; throws kvphase::error if absent.
   [[nodiscard]] std::size_t column(std::string_view name) const {
@@ -236,6 +237,7 @@ inline csv_table parse_csv(std::string_view text, std::string_view source = "csv
         fail(src + " line", record_line,
              "has " + std::to_string(fields.size()) + " fields, the header has " + std::to_string(t.header.size()));
       t.rows.push_back(std::move(fields));
+      t.row_lines.push_back(record_line);
     }
   }
   return t;

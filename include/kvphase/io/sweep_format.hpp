@@ -106,6 +106,18 @@ inline ordered_json to_json(const analysis_options& a) {
 
 inline std::ostream& operator<<(std::ostream& os, const analysis_options& a) { return os << to_json(a).dump(); }
 
+/// The paired counts of a model (stats/paired_counts.hpp) as stored: groups, items, hits,
+/// row_totals and the k × k discordance table flattened row-major.
+inline ordered_json to_json(const stats::paired_counts& c) {
+  ordered_json j;
+  j["groups"] = c.groups;
+  j["items"] = c.items;
+  j["hits"] = c.hits;
+  j["row_totals"] = c.row_totals;
+  j["discordant"] = c.discordant;
+  return j;
+}
+
 template <class Json>
 analysis_options analysis_from_json(const Json& j) {
   analysis_options a;
@@ -169,6 +181,16 @@ struct sweep_result {
       require(static_cast<std::int64_t>(m.trials.size()) == analysis.modulus, "model " + m.model + " trials.size()",
               m.trials.size(), "must equal analysis.modulus = " + std::to_string(analysis.modulus));
       stats::require_group_counts(m.hits, m.trials);
+      if (m.paired) {
+        m.paired->validate();
+        require(m.paired->groups == analysis.modulus, "model " + m.model + " paired.groups", m.paired->groups,
+                "must equal analysis.modulus = " + std::to_string(analysis.modulus));
+        require(m.paired->hits == m.hits, "model " + m.model + " paired.hits", m.paired->hits.size(),
+                "must equal the model's per-phase hits");
+        for (std::size_t g = 0; g < m.trials.size(); ++g)
+          require(m.trials[g] == m.paired->items, "model " + m.model + " phase " + std::to_string(g) + " trials",
+                  m.trials[g], "must equal paired.items = " + std::to_string(m.paired->items) + " (the same items in every phase)");
+      }
       require(m.extra.size() == models.front().extra.size(), "model " + m.model + " extra columns", m.extra.size(),
               "must match the first model's " + std::to_string(models.front().extra.size()));
       for (std::size_t e = 0; e < m.extra.size(); ++e) {
@@ -207,6 +229,12 @@ inline void require_summaries(const sweep_result& r, const std::vector<model_sum
   for (std::size_t m = 0; m < s.size(); ++m)
     require(s[m].model == r.models[m].model && s[m].recall.size() == r.models[m].trials.size(), "summaries[" + std::to_string(m) + "]",
             s[m].model, "must summarise model " + r.models[m].model + " (same order, same groups)");
+  for (std::size_t m = 0; m < s.size(); ++m)
+    require(s[m].paired.has_value() == r.models[m].paired.has_value(), "summaries[" + std::to_string(m) + "].paired",
+            s[m].paired.has_value(), "must be present exactly when the model has paired counts");
+  for (std::size_t m = 0; m < s.size(); ++m)
+    require(s[m].scores.has_value() == r.models[m].scores.has_value(), "summaries[" + std::to_string(m) + "].scores",
+            s[m].scores.has_value(), "must be present exactly when the model has scores");
 }
 inline std::string summary_line(const model_summary& s) {
   std::ostringstream os;
@@ -221,6 +249,77 @@ inline std::string summary_line(const model_summary& s) {
        << format_shortest(s.vs_baseline->simultaneous.low) << ", " << format_shortest(s.vs_baseline->simultaneous.high)
        << "] (raw " << format_shortest(s.vs_baseline->difference) << ")";
   return os.str();
+}
+inline std::string paired_line(const model_summary& s) {
+  const auto& p = *s.paired;
+  std::ostringstream os;
+  os << "paired " << s.model << ": items " << p.items << ", cochran_q " << format_shortest(p.cochran.statistic)
+     << " dof " << format_shortest(p.cochran.dof) << " p " << format_shortest(p.cochran.p) << " (" << p.cochran.reference
+     << "; chi-square p " << format_shortest(p.cochran.p_chi_square) << "), mcnemar phase " << p.best_vs_worst.group_a
+     << " vs " << p.best_vs_worst.group_b << ": " << p.best_vs_worst.a_only << " vs " << p.best_vs_worst.b_only
+     << " discordant, p_exact " << format_shortest(p.best_vs_worst.p_exact) << " (adjusted "
+     << format_shortest(p.best_vs_worst_p_adjusted) << "), flips " << p.flips << " (" << format_shortest(p.flip_fraction)
+     << " [" << format_shortest(p.flip_ci.low) << ", " << format_shortest(p.flip_ci.high) << "])";
+  return os.str();
+}
+inline std::string scores_line(const model_summary& s) {
+  const auto& c = *s.scores;
+  std::ostringstream os;
+  os << "scores " << s.model << ": mean by phase [";
+  for (std::size_t g = 0; g < c.mean.size(); ++g) os << (g ? ", " : "") << format_shortest(c.mean[g]);
+  os << "], uniformity F " << format_shortest(c.uniformity.statistic) << " p " << format_shortest(c.uniformity.p)
+     << ", period " << c.period << " F " << format_shortest(c.periodicity.statistic) << " p "
+     << format_shortest(c.periodicity.p);
+  if (c.friedman) os << ", friedman " << format_shortest(c.friedman->statistic) << " p " << format_shortest(c.friedman->p);
+  return os.str();
+}
+inline ordered_json scores_json(const stats::score_summary& c) {
+  ordered_json o;
+  o["n"] = c.n;
+  o["mean"] = c.mean;
+  o["sd"] = c.sd;
+  std::vector<double> lo, hi;
+  for (const auto& i : c.ci) {
+    lo.push_back(i.low);
+    hi.push_back(i.high);
+  }
+  o["ci_low"] = lo;
+  o["ci_high"] = hi;
+  o["uniformity_f"] = c.uniformity.statistic;
+  o["uniformity_dof"] = c.uniformity.dof;
+  o["uniformity_p"] = c.uniformity.p;
+  o["period"] = c.period;
+  o["period_f"] = c.periodicity.statistic;
+  o["period_dof"] = c.periodicity.dof;
+  o["period_p"] = c.periodicity.p;
+  if (c.friedman) {
+    o["friedman_statistic"] = c.friedman->statistic;
+    o["friedman_dof"] = c.friedman->dof;
+    o["friedman_p"] = c.friedman->p;
+  }
+  return o;
+}
+inline ordered_json paired_json(const stats::paired_counts& c, const stats::paired_summary& p) {
+  ordered_json o = to_json(c);
+  o["cochran_q"] = p.cochran.statistic;
+  o["cochran_dof"] = p.cochran.dof;
+  o["cochran_p"] = p.cochran.p;
+  o["cochran_p_chi_square"] = p.cochran.p_chi_square;
+  o["cochran_reference"] = p.cochran.reference;
+  o["mcnemar_best_phase"] = p.best_vs_worst.group_a;
+  o["mcnemar_worst_phase"] = p.best_vs_worst.group_b;
+  o["mcnemar_best_only"] = p.best_vs_worst.a_only;
+  o["mcnemar_worst_only"] = p.best_vs_worst.b_only;
+  o["mcnemar_p_exact"] = p.best_vs_worst.p_exact;
+  o["mcnemar_p_mid"] = p.best_vs_worst.p_mid;
+  o["mcnemar_p_adjusted"] = p.best_vs_worst_p_adjusted;
+  o["mcnemar_statistic"] = p.best_vs_worst.statistic;
+  o["mcnemar_p_chi_square"] = p.best_vs_worst.p_chi_square;
+  o["flips"] = p.flips;
+  o["flip_fraction"] = p.flip_fraction;
+  o["flip_ci_low"] = p.flip_ci.low;
+  o["flip_ci_high"] = p.flip_ci.high;
+  return o;
 }
 template <class Json>
 Json reorder(const nlohmann::json& j) {
@@ -242,6 +341,17 @@ inline void write_sweep_csv(std::ostream& os, const sweep_result& r, const std::
     w.comment("run_columns: " + names.dump());
   }
   for (const auto& s : summaries) w.comment(detail::summary_line(s));
+  for (const auto& s : summaries)
+    if (s.scores) w.comment(detail::scores_line(s));
+  for (std::size_t m = 0; m < r.models.size(); ++m)
+    if (r.models[m].paired) {
+      w.comment(detail::paired_line(summaries[m]));
+      ordered_json pc;
+      pc["model"] = r.models[m].model;
+      const ordered_json counts = to_json(*r.models[m].paired);
+      for (auto it = counts.begin(); it != counts.end(); ++it) pc[it.key()] = it.value();
+      w.comment("paired_counts: " + pc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
   w.row(detail::sweep_csv_header(r));
   for (std::size_t m = 0; m < r.models.size(); ++m) {
     const auto& c = r.models[m];
@@ -327,6 +437,8 @@ inline ordered_json sweep_to_json(const sweep_result& r, const std::vector<model
       o["gap_minus_baseline_simultaneous_low"] = s.vs_baseline->simultaneous.low;
       o["gap_minus_baseline_simultaneous_high"] = s.vs_baseline->simultaneous.high;
     }
+    if (c.paired) o["paired"] = detail::paired_json(*c.paired, *s.paired);
+    if (s.scores) o["scores"] = detail::scores_json(*s.scores);
     j["models"].push_back(std::move(o));
   }
   return j;
@@ -425,6 +537,38 @@ auto naming_source(const std::string& src, F&& body) {
 }
 }  // namespace detail
 
+namespace detail {
+/// Paired counts from their stored form (to_json(paired_counts)), checked before allocating:
+/// groups in [2, 64], arrays of the sizes groups implies, integers in [0, 2^53], then
+/// consistent (paired_counts::validate). Errors name `where`.
+template <class Json>
+stats::paired_counts paired_counts_from_json(const Json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, json_excerpt(j), "must be a JSON object");
+  auto get_int = [&](const Json& v, const std::string& name) -> std::int64_t {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.template get<std::uint64_t>() > (1ULL << 53)))
+      fail(where + " " + name, json_excerpt(v), "must be an integer in [0, 2^53]");
+    const auto x = v.template get<std::int64_t>();
+    if (x < 0 || x > stats::max_paired_count) fail(where + " " + name, x, "must be an integer in [0, 2^53]");
+    return x;
+  };
+  const std::int64_t k = get_int(require_member(j, "groups", where), "groups");
+  require(k >= 2 && k <= stats::max_paired_groups, where + " groups", k, "must be in [2, 64]");
+  auto c = stats::paired_counts::zero(k);
+  c.items = get_int(require_member(j, "items", where), "items");
+  auto get_array = [&](const char* key, std::vector<std::int64_t>& out) {
+    const auto& a = require_member(j, key, where);
+    if (!a.is_array() || a.size() != out.size())
+      fail(where + " " + key, json_excerpt(a), "must be an array of " + std::to_string(out.size()) + " integers");
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = get_int(a[i], std::string(key) + "[" + std::to_string(i) + "]");
+  };
+  get_array("hits", c.hits);
+  get_array("row_totals", c.row_totals);
+  get_array("discordant", c.discordant);
+  naming_place([&] { return where; }, [&] { c.validate(); return 0; });
+  return c;
+}
+}  // namespace detail
+
 /// Parses a CSV sweep output back into counts (statistics columns are ignored: they are
 /// recomputed). `source` names the input in error messages. Every model needs exactly one row
 /// per phase 0..M−1 (a missing or repeated (model, phase) row throws naming both); counts and
@@ -436,6 +580,7 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
     sweep_result r;
     r.prov = provenance_from_csv_comments(t.comments, src);
     bool have_format = false, have_analysis = false;
+    std::vector<std::pair<std::string, stats::paired_counts>> paired;
     for (const auto& c : t.comments) {
       std::string_view s = c;
       s.remove_prefix(s.starts_with("# ") ? 2 : 1);
@@ -449,6 +594,18 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
         require(!have_analysis, src + " '# analysis:' line", "2", "must appear once");
         r.analysis = analysis_from_json(parse_json(s, src + " analysis"));
         have_analysis = true;
+      } else if (s.starts_with("paired_counts: ")) {
+        s.remove_prefix(15);
+        const auto j = parse_json(s, src + " paired_counts");
+        const auto& mn = require_member(j, "model", src + " paired_counts");
+        if (!mn.is_string()) fail(src + " paired_counts model", detail::json_excerpt(mn), "must be a string");
+        const std::string model = mn.get<std::string>();
+        detail::require_name(model, src + " paired_counts model");
+        for (const auto& [pm, pcnt] : paired)
+          if (pm == model) fail(src + " paired_counts model", detail::excerpt(model), "appears twice");
+        require(static_cast<std::int64_t>(paired.size()) < read_limits::models, src + " paired_counts lines",
+                paired.size() + 1, "must number at most 1024 (read limit)");
+        paired.emplace_back(model, detail::paired_counts_from_json(j, src + " paired_counts of model " + detail::excerpt(model)));
       } else if (s.starts_with("run_columns: ")) {
         s.remove_prefix(13);
         require(r.columns.empty(), src + " '# run_columns:' line", "2", "must appear once");
@@ -553,6 +710,12 @@ inline sweep_result parse_sweep_csv(std::string_view text, std::string_view sour
                "run columns must be the same on every row (row 1: " + detail::excerpt(r.columns[e].second) + ")");
       }
     }
+    for (auto& entry : paired) {
+      const std::string& model = entry.first;  // (no structured binding: clang 14 cannot capture one)
+      auto it = std::find_if(r.models.begin(), r.models.end(), [&](const phase_counts& m) { return m.model == model; });
+      if (it == r.models.end()) fail(src + " paired_counts model", detail::excerpt(model), "has no rows");
+      it->paired = std::move(entry.second);
+    }
     r.validate();
     return r;
   });
@@ -648,6 +811,7 @@ inline sweep_result parse_sweep_json(std::string_view text, std::string_view sou
         if (e != pc.extra.size())
           fail(pw() + " extra columns", e, "must number " + std::to_string(pc.extra.size()) + " as in phase 0");
       }
+      if (const auto pj = mo.find("paired"); pj != mo.end()) pc.paired = detail::paired_counts_from_json(*pj, where + " paired");
       r.models.push_back(std::move(pc));
     }
     r.validate();
@@ -805,6 +969,7 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
   for (auto& m : out.models) {
     std::fill(m.trials.begin(), m.trials.end(), 0);
     std::fill(m.hits.begin(), m.hits.end(), 0);
+    if (m.paired) m.paired = stats::paired_counts::zero(m.paired->groups);
   }
   // Sum in shard-index order.
   for (std::int64_t s = 0; s < N; ++s) {
@@ -828,6 +993,10 @@ inline sweep_result merge_shards(const std::vector<sweep_result>& shards, const 
         dst.trials[g] += src.trials[g];
         dst.hits[g] += src.hits[g];
       }
+      if (src.paired.has_value() != dst.paired.has_value())
+        fail("paired counts of " + name(i) + " model " + detail::excerpt(src.model), src.paired.has_value() ? "present" : "absent",
+             "must be present in every shard or in none (as in " + first_name + ")");
+      if (src.paired) *dst.paired += *src.paired;
     }
   }
   out.validate();

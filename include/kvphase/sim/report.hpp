@@ -44,7 +44,7 @@ struct output_options {
 
 /// The run columns of a config: preset, chunk_window, stride, origin, pool, raw_window, task,
 /// the task's fields (context, dim, …), modulus (the groups), engine (the one used), seed,
-/// params_seed.
+/// params_seed, and design when it is not independent.
 [[nodiscard]] inline std::vector<std::pair<std::string, std::string>> run_columns(const sweep_config& c) {
   std::vector<std::pair<std::string, std::string>> cols;
   auto num = [](auto v) {
@@ -75,6 +75,7 @@ struct output_options {
   cols.emplace_back("engine", to_string(c.resolved_engine()));
   cols.emplace_back("seed", num(c.seed));
   cols.emplace_back("params_seed", num(c.params_seed));
+  if (c.design != design_kind::independent) cols.emplace_back("design", to_string(c.design));
   return cols;
 }
 
@@ -124,6 +125,7 @@ struct output_options {
       pc.extra.push_back({std::string(label_col), L});
     }
     if (th) pc.extra.push_back({"theory", m == 0 ? th->compressed : th->full});
+    pc.paired = m == 0 ? r.compressed_paired : r.full_paired;
     out.models.push_back(std::move(pc));
   }
   return out;

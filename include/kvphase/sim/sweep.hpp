@@ -5,7 +5,9 @@
 /// counts are bitwise identical for any thread count and any shard split. The config and result
 /// types, and how streams are keyed, are in sim/sweep_config.hpp.
 ///
-/// Trial k of group g: stream = rng::combine(config_id, rng::combine(g, k));
+/// Trial k of group g: stream = rng::combine(config_id, rng::combine(g, k)) (design shifted:
+/// rng::combine(config_id, rng::combine(shifted_stream_tag, k)), one item for every group, whose
+/// grid is moved by g tokens of prefix padding: sim/design.hpp);
 ///   layout / placement: rng::philox_stream(seed, stream);
 ///   vectors and noise:  normal generator seeded by (seed, rng::combine(stream, normal_tag)).
 /// Shard i of n runs trials [⌊i·T/n⌋, ⌊(i+1)·T/n⌋) of every group. Counts are integers and
@@ -41,6 +43,7 @@
 #include "kvphase/core/parallel.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/sim/design.hpp"
 #include "kvphase/sim/general_model.hpp"
 #include "kvphase/sim/linear_model.hpp"
 #include "kvphase/sim/noise_scores.hpp"
@@ -64,14 +67,22 @@ class trial_runner final : public tasks::trial_env {
         d_(c.dim()), full_(linear_model::full()), state_(c.task.make_state()) {
     if (general_) gmodel_ = general_model(c.op, d_, c.window, c.params_seed);
     else comp_ = linear_model(c.op, c.window);
+    if (c.design == design_kind::shifted)  // group g: the grid moved by g tokens of prefix padding
+      for (index_t g = 0; g < c.groups(); ++g) {
+        if (general_) shifted_general_.emplace_back(shifted_operator(c.op, g), d_, c.window, c.params_seed);
+        else shifted_linear_.emplace_back(shifted_operator(c.op, g), c.window);
+      }
   }
   trial_runner(const trial_runner&) = delete;
   trial_runner& operator=(const trial_runner&) = delete;
   trial_runner(trial_runner&&) = default;
 
   void run(index_t g, index_t k, tasks::trial_outcome& comp, tasks::trial_outcome& full) {
-    const std::uint64_t stream = rng::combine(cid_, rng::combine(static_cast<std::uint64_t>(g), static_cast<std::uint64_t>(k)));
-    group_ = g;
+    const std::uint64_t stream = trial_stream(cid_, c_.design, g, k);
+    const bool shifted = c_.design == design_kind::shifted;
+    group_ = shifted ? 0 : g;  // shifted: the task lays out the item at phase 0, group g's grid moves
+    active_general_ = shifted && general_ ? &shifted_general_[static_cast<std::size_t>(g)] : &gmodel_;
+    active_linear_ = shifted && !general_ ? &shifted_linear_[static_cast<std::size_t>(g)] : &comp_;
     ps_.emplace(c_.seed, stream);
     gen_.emplace(c_.seed, rng::combine(stream, normal_tag));
     c_.task.run(*this, *state_, comp, full);
@@ -115,21 +126,22 @@ class trial_runner final : public tasks::trial_env {
           for (index_t j = 0; j < d; ++j) row[j] = r.coef * r.v[j];
         }
       for (index_t i = 0; i < N; ++i) w.s[static_cast<std::size_t>(i)] = simd::dot<float>(K.data() + i * d, q, d);
-      gmodel_.score(K.data(), N, q, w.s.data(), w.comp, w.gen);
+      active_general_->score(K.data(), N, q, w.s.data(), w.comp, w.gen);
     } else {
       noise(st, q, qn, w.s.data(), N);
-      if (comp_.content_gated()) {
+      const linear_model& comp = *active_linear_;
+      if (comp.content_gated()) {
         normal_generator rest(st);
         w.z.resize(static_cast<std::size_t>(N));
-        rest.fill_scaled(w.z.data(), N, comp_.content_std());
+        rest.fill_scaled(w.z.data(), N, comp.content_std());
       }
       for (const auto& r : spans)
         for (index_t i = 0; i < r.count; ++i) w.s[static_cast<std::size_t>(r.first + i)] = r.score;
-      comp_.pool(w.s.data(), w.z.data(), N, w.comp);
+      comp.pool(w.s.data(), w.z.data(), N, w.comp);
     }
     full_.pool(w.s.data(), nullptr, N, w.full);
   }
-  tasks::model_view compressed() override { return {general_ ? gmodel_.geometry() : comp_, ws_.comp}; }
+  tasks::model_view compressed() override { return {general_ ? active_general_->geometry() : *active_linear_, ws_.comp}; }
   tasks::model_view full() override { return {full_, ws_.full}; }
 
  private:
@@ -153,6 +165,10 @@ class trial_runner final : public tasks::trial_env {
   index_t d_;
   linear_model comp_, full_;
   general_model gmodel_;
+  std::vector<general_model> shifted_general_;  ///< design shifted: per group
+  std::vector<linear_model> shifted_linear_;
+  general_model* active_general_ = &gmodel_;
+  const linear_model* active_linear_ = &comp_;
   std::unique_ptr<tasks::detail::task_state_base> state_;
   workspace ws_;
   index_t group_ = 0;
@@ -174,6 +190,8 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
   for (index_t g = 0; g < M; ++g) r.labels[static_cast<std::size_t>(g)] = c.label(g);
   r.compressed.assign(static_cast<std::size_t>(M), {});
   r.full.assign(static_cast<std::size_t>(M), {});
+  std::optional<paired_recorder> paired;
+  if (c.design == design_kind::shifted) paired.emplace(M, range.first, per);
   std::atomic<std::int64_t> done{0};
   const int nthreads = parallel::thread_count(c.threads);
   parallel::for_each_index(
@@ -183,6 +201,7 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
         const index_t k = range.first + static_cast<index_t>(idx % std::max<index_t>(per, 1));
         tasks::trial_outcome oc, of;
         local.runner.run(g, k, oc, of);
+        if (paired) paired->record(g, k, oc.hit, of.hit);
         local.comp[static_cast<std::size_t>(g)].add(oc);
         local.full[static_cast<std::size_t>(g)].add(of);
         done.fetch_add(1, std::memory_order_relaxed);
@@ -205,6 +224,10 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
         if (progress.report) progress.report(done.load(std::memory_order_relaxed), total);
       },
       progress.interval);
+  if (paired) {
+    r.compressed_paired = paired->counts(paired->compressed);
+    r.full_paired = paired->counts(paired->full);
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

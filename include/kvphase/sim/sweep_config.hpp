@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <ostream>
 #include <string>
@@ -34,7 +35,9 @@
 #include "kvphase/core/fields.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
+#include "kvphase/sim/design.hpp"
 #include "kvphase/sim/shard.hpp"
+#include "kvphase/stats/paired_counts.hpp"
 #include "kvphase/tasks/kv_pairs.hpp"
 #include "kvphase/tasks/needle.hpp"
 #include "kvphase/tasks/padding.hpp"
@@ -89,6 +92,7 @@ struct sweep_config {
   std::uint64_t params_seed = 0;  ///< parameters of non-linear operators (general key-space path)
   bool compute_mass = true;  ///< needle: also the attention mass (padding and kv-pairs always need it);
                              ///< does not change any draw or hit
+  design_kind design = design_kind::independent;  ///< sim/design.hpp; not keyed: its streams have their own tag
 
   /// The field list (core/fields.hpp).
   template <class V>
@@ -104,6 +108,7 @@ struct sweep_config {
     v("threads", threads, fields::not_keyed);
     v("shard", shard, fields::not_keyed);
     v("compute_mass", compute_mass, fields::not_keyed);
+    v("design", design, fields::not_keyed);
   }
 
   /// What a task sees of the sweep.
@@ -149,6 +154,7 @@ struct sweep_config {
     task.validate(geo);
     const index_t M = groups();
     require(M >= 1 && M <= 4096, "groups", M, "must be in [1, 4096]");
+    validate_design(design, M, task.label_column());
     if (general()) {
       index_t n_min = task.context_tokens(0);
       for (index_t g = 1; g < M; ++g) n_min = std::min(n_min, task.context_tokens(g));
@@ -212,6 +218,8 @@ struct sweep_result {
   std::vector<index_t> labels;          ///< per group: phase, or e.g. padding length
   std::vector<group_stats> compressed;  ///< per group
   std::vector<group_stats> full;        ///< per group (the control, same inputs)
+  /// design shifted: the per-trial outcomes of every group reduced to paired counts.
+  std::optional<stats::paired_counts> compressed_paired, full_paired;
   double seconds = 0;
 
   [[nodiscard]] std::int64_t total_trials() const noexcept {

@@ -19,7 +19,9 @@
 #include "kvphase/stats/bootstrap.hpp"
 #include "kvphase/stats/gap.hpp"
 #include "kvphase/stats/intervals.hpp"
+#include "kvphase/stats/paired.hpp"
 #include "kvphase/stats/periodicity.hpp"
+#include "kvphase/stats/scores.hpp"
 #include "kvphase/stats/uniformity.hpp"
 
 namespace kvphase::stats {
@@ -37,6 +39,11 @@ struct phase_counts {
   std::vector<std::int64_t> trials;
   std::vector<std::int64_t> hits;
   std::vector<extra_column> extra;  ///< optional; same names for every model of a result
+  /// Paired design (the same item in every group): the per-item outcome counts; then
+  /// trials[g] = paired->items and hits[g] = paired->hits[g] for every g.
+  std::optional<paired_counts> paired;
+  /// Continuous per-item scores by phase (external evaluations): summarised, written, not read back.
+  std::optional<score_moments> scores;
   friend bool operator==(const phase_counts&, const phase_counts&) = default;
 };
 
@@ -80,6 +87,11 @@ struct model_summary {
   /// gap − baseline's gap with its bootstrap interval (gap_difference_bootstrap), for
   /// every model other than analysis.baseline when that model is present.
   std::optional<gap_difference_result> vs_baseline;
+  /// With paired counts: Cochran's Q, McNemar best vs worst group, the flip count
+  /// (stats/paired.hpp; permutations and seed from the analysis, stream model + "|paired").
+  std::optional<paired_summary> paired;
+  /// With scores: per-phase means and intervals, F tests, Friedman (stats/scores.hpp).
+  std::optional<score_summary> scores;
 };
 
 /// Stream seed of model `model`'s permutations and bootstrap.
@@ -112,6 +124,24 @@ inline model_summary summarize(const phase_counts& m, const analysis_options& a)
                                 .permutations = std::max<std::int64_t>(a.permutations, 1),
                                 .seed = seed};
   s.periodicity = periodicity_test(m.hits, m.trials, a.modulus, a.period, po);
+  if (m.paired) {
+    require(m.paired->groups == a.modulus, "model " + m.model + " paired.groups", m.paired->groups,
+            "must equal analysis.modulus = " + std::to_string(a.modulus));
+    require(m.paired->hits == m.hits, "model " + m.model + " paired.hits", m.paired->hits.size(),
+            "must equal the model's per-phase hits");
+    for (auto t : m.trials)
+      require(t == m.paired->items, "model " + m.model + " trials", t,
+              "must equal paired.items = " + std::to_string(m.paired->items) + " in every phase");
+    s.paired = summarize_paired(*m.paired, {.confidence = a.confidence,
+                                            .interval = a.interval,
+                                            .permutations = a.permutations,
+                                            .seed = model_stream_seed(a.seed, m.model + "|paired")});
+  }
+  if (m.scores) {
+    require(static_cast<std::int64_t>(m.scores->n.size()) == a.modulus, "model " + m.model + " scores.n.size()",
+            m.scores->n.size(), "must equal analysis.modulus = " + std::to_string(a.modulus));
+    s.scores = summarize_scores(*m.scores, a.period, a.confidence);
+  }
   return s;
 }
 
