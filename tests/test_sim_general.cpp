@@ -9,6 +9,7 @@
 #include <kvphase/sim/general_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/theory/heads.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -365,4 +366,144 @@ TEST_CASE("general path: what stays unsupported is named", "[sim][general][error
   k.task.get<kvphase::tasks::kv_pairs_config>().context = 100;
   k.task.get<kvphase::tasks::kv_pairs_config>().pairs = 2;
   CHECK_THROWS_WITH(k.validate(), Catch::Contains("context") && Catch::Contains("complete entry"));
+}
+
+TEST_CASE("general path: attention models are bitwise deterministic across threads and shards", "[sim][general][determinism]") {
+  // RoPE, sink, the CSA indexer, NSA selection with gates, several heads with grid offsets and
+  // planted parameters, on the needle and kv-pairs tasks: 1 vs 2 threads, and 2 or 3 shards merged.
+  struct variant {
+    const char* name;
+    compress::operator_spec op;
+    sim::model_config m;
+  };
+  auto csa = compress::v4_csa();
+  csa.rope.rope_dim = 8;
+  auto heads = compress::v4_hca();
+  heads.grid = {.window = 8, .stride = 8};
+  heads.rope.rope_dim = 8;
+  heads.heads = 2;
+  heads.head_offsets = {0, 4};
+  const std::vector<variant> vs{
+      {"csa", csa, {.kind = sim::model_kind::csa, .top_k = 16, .sink = true, .params = compress::params_kind::planted_early}},
+      {"nsa", compress::nsa(), {.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
+                                .params = compress::params_kind::identity}},
+      {"heads", heads, {.params = compress::params_kind::planted_late}}};
+  for (const auto& v : vs) {
+    for (auto t : {"needle", "kv-pairs"}) {
+      auto c = kvphase::test::small_general_sweep(t, v.op);
+      c.op = v.op;
+      c.model = v.m;
+      INFO(v.name << " " << t);
+      REQUIRE(c.general());
+      REQUIRE_NOTHROW(c.validate());
+      c.threads = 1;
+      const auto one = sim::run_sweep(c);
+      c.threads = 2;
+      const auto two = sim::run_sweep(c);
+      CHECK(one.compressed == two.compressed);
+      CHECK(one.full == two.full);
+      for (index_t n : {2, 3}) {
+        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
+        for (index_t i = 0; i < n; ++i) {
+          c.shard = {i, n};
+          const auto part = sim::run_sweep(c);
+          for (std::size_t g = 0; g < comp.size(); ++g) {
+            comp[g] += part.compressed[g];
+            full[g] += part.full[g];
+          }
+        }
+        c.shard = {};
+        CHECK(comp == one.compressed);
+        CHECK(full == one.full);
+      }
+      // the model is part of the stream key (schema /3) and of the output's configuration
+      auto other = c;
+      other.model.sink = !other.model.sink;
+      CHECK(other.stream_key() != c.stream_key());
+      CHECK(c.stream_key().starts_with("kvphase.sweep_config/3|"));
+    }
+  }
+  // the exact engines keep their key: the model field is not keyed there
+  auto lin = kvphase::test::small_sweep("needle", sim::engine_kind::score);
+  CHECK(lin.stream_key().starts_with("kvphase.sweep_config/2|"));
+  CHECK(lin.stream_key().find("model") == std::string::npos);
+}
+
+TEST_CASE("planted parameters: the profile is the pool's slot weights, the MLP is the mean pool", "[sim][general][params]") {
+  const index_t d = 6, N = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  kvphase::matrix_t<float> X(N, d);
+  for (index_t i = 0; i < N; ++i)
+    for (index_t j = 0; j < d; ++j) X(i, j) = nd(rng);
+  for (auto kind : {compress::params_kind::identity, compress::params_kind::planted_early,
+                    compress::params_kind::planted_middle, compress::params_kind::planted_late}) {
+    for (auto op : {compress::operator_spec{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
+                    compress::operator_spec{.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
+                    compress::operator_spec{.grid = {.window = 8, .stride = 4, .convention = compress::grid_convention::nsa},
+                                            .pool = compress::pool_kind::mlp}}) {
+      INFO(compress::to_string(op.pool) << " " << compress::to_string(kind));
+      const auto p = compress::planted_params<float>(op, d, kind, 1.5, 7, 0, 0.0);
+      const auto out = compress::compress<float>(op, p, X, 0, {.threads = 1});
+      const auto b = compress::planted_profile(kind, op.grid.window, 1.5);
+      for (index_t e = 0; e < out.rows(); ++e) {
+        const auto src = op.grid.sources(e);
+        double z = 0;
+        for (index_t r = 0; r < op.grid.window; ++r)
+          if (src.first + r >= 0) z += std::exp(b[static_cast<std::size_t>(r)]);
+        for (index_t k = 0; k < d; ++k) {
+          double v = 0, mag = 0;
+          for (index_t r = 0; r < op.grid.window; ++r) {
+            if (src.first + r < 0) continue;
+            const double w = std::exp(b[static_cast<std::size_t>(r)]) / z;
+            v += w * X(src.first + r, k);
+            mag += std::abs(w * X(src.first + r, k));
+          }
+          // W products and sums plus the softmax (exp, normaliser: W + 4 roundings); the MLP's
+          // two relu branches and its second layer add 2·d + 2
+          const double ops = 3.0 * static_cast<double>(op.grid.window) + 2.0 * static_cast<double>(d) + 8;
+          CHECK(std::abs(out(e, k) - v) <= kvphase::test::rel_bound<float>(ops) * (mag + std::abs(v)) + 1e-30);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(compress::planted_params<float>(compress::v4_csa(), d, compress::params_kind::random),
+                    Catch::Contains("params = random"));
+}
+
+TEST_CASE("general path: heads with grid offsets h*S/H follow theory/heads within 4 SE per phase", "[sim][general][heads]") {
+  // slot weights (1, .3, .3, .3) on W = S = 4: one head retrieves best at phase 0 of its grid;
+  // four heads shifted by 0, 1, 2, 3 flatten recall to 1 − Π_h (1 − R_h(φ)).
+  const double sigma = 1.6;
+  compress::operator_spec head{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::weights,
+                               .slot_weights = {1.0, 0.3, 0.3, 0.3}};
+  for (index_t H : {1, 2, 4}) {
+    sim::sweep_config c;
+    c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 16, .key_span = 1, .query_noise = sigma};
+    c.op = head;
+    c.op.heads = H;
+    for (index_t h = 0; h < H; ++h) c.op.head_offsets.push_back(h * 4 / H);
+    c.modulus = 4;
+    c.trials = 600;
+    c.seed = 9;
+    if (H == 1) c.model.params = compress::params_kind::identity;  // the general path for one head too
+    REQUIRE(c.general());
+    const auto r = sim::run_sweep(c);
+    std::vector<compress::operator_spec> hs;
+    for (index_t h = 0; h < H; ++h) {
+      auto s = head;
+      s.grid.origin = h * 4 / H;
+      hs.push_back(s);
+    }
+    const kvphase::theory::needle_model m{.context = 2048, .dim = 16, .key_span = 1, .snr = 1.0 / (sigma * sigma)};
+    const auto th = kvphase::theory::predict_heads(hs, m);
+    for (index_t ph = 0; ph < 4; ++ph) {
+      const double R = th.any[static_cast<std::size_t>(ph)];
+      const auto& g = r.compressed[static_cast<std::size_t>(ph)];
+      const double p = static_cast<double>(g.hits) / static_cast<double>(g.trials);
+      const double se = std::sqrt(std::max(R * (1 - R), 1.0 / static_cast<double>(g.trials)) / static_cast<double>(g.trials));
+      INFO("H " << H << " phase " << ph << ": measured " << p << " theory " << R << " se " << se);
+      CHECK(std::abs(p - R) <= 4 * se);
+    }
+  }
 }
