@@ -29,8 +29,8 @@
 ///     RoPE), same query, scale and sink.
 /// Readout (tasks/*.hpp): the output vector (dv channels: e.g. the needle's indicator channel is
 /// its mass, kv-pairs decodes the codebook from it) and, for hit-by-argmax tasks, the best
-/// attended item (best_scores: entries, selected raw tokens and window tokens; with several
-/// heads, a hit when any head's best item holds the target).
+/// attended item (best_scores: entries, selected raw tokens and window tokens of the branches whose
+/// gate is not 0; with several heads, a hit when any head's best item holds the target).
 ///
 /// Keys: the noise keys are exactly the keys the linear key-space engine generates from the same
 /// generator state (key_space_keys reproduces the layout of sim/noise_scores.hpp: tokens in groups
@@ -263,6 +263,20 @@ class general_model {
       for (index_t t = ws0; t < N; ++t)
         if (m_.kind != model_kind::nsa || std::find(it.raw.begin(), it.raw.end(), t) == it.raw.end()) it.raw.push_back(t);
       attention::compressed_attention<float>(ws.q, pos, Kc, *Vc, grid, *raw, Vraw, cp, ws.oh, sel);
+      if (m_.kind == model_kind::nsa) {  // a branch gated to 0 contributes no item to the argmax readout
+        if (m_.gate_cmp == 0) it.entries.clear();
+        if (m_.gate_slc == 0 || m_.gate_win == 0) {
+          std::vector<index_t> keep;
+          const auto nsel = it.raw.size();
+          for (std::size_t i = 0; i < nsel; ++i) {
+            const index_t t = it.raw[i];
+            const bool in_win = t >= ws0;
+            const bool in_sel = std::find(lists.indices.begin(), lists.indices.end(), t / m_.select_block) != lists.indices.end();
+            if ((in_sel && m_.gate_slc > 0) || (in_win && m_.gate_win > 0)) keep.push_back(t);
+          }
+          it.raw = std::move(keep);
+        }
+      }
       ws.o += ws.oh;
       // item scores (what the attention scored), for best_scores
       it.entry_score.resize(it.entries.size());
