@@ -86,6 +86,12 @@ foreach(_case "needle;key" "kv-pairs;score" "padding;key")
             -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_determinism_check.cmake)
   set_tests_properties(example.sweep_determinism_${_task}_${_engine} PROPERTIES LABELS "example;sim")
 endforeach()
+# sim: random NSA parameters (a random MLP) keep little of the query-key alignment: recall near
+# chance at every phase prints a warning naming the cause.
+add_test(NAME example.sweep_chance_warning
+  COMMAND kvphase-sweep --preset nsa --task needle --context 2048 --dim 16 --modulus 16 --trials 20 --threads 2 -q)
+set_tests_properties(example.sweep_chance_warning PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "warning: compressed recall is near chance at every phase .*params random")
 # sim: a bad flag value exits 2 with a message naming it.
 add_test(NAME example.sweep_bad_value COMMAND kvphase-sweep --stride 0)
 set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WILL_FAIL TRUE)

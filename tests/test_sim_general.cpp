@@ -139,9 +139,10 @@ TEST_CASE("general model: tokens through compress:: and attention::, output equa
           std::vector<float> q(static_cast<std::size_t>(d));
           for (auto& v : q) v = nd(rng);
           const double beta = 0.25;
+          const kvphase::matrix_t<float> X0 = ws.X;  // run() rotates the raw rows in place
           gm.run(ws, N, q.data(), beta);
           const index_t D = gm.width();
-          const auto ref = compress::compress<float>(gm.spec(), gm.params(), ws.X, 0, {.threads = 1});
+          const auto ref = compress::compress<float>(gm.spec(), gm.params(), X0, 0, {.threads = 1});
           REQUIRE(ws.kc[0].rows() == ref.rows());
           REQUIRE(ws.kc[0].cols() == D);
           CHECK(ws.kc[0] == ref);
@@ -163,7 +164,7 @@ TEST_CASE("general model: tokens through compress:: and attention::, output equa
             else vals.emplace_back(ws.vc[0].row(e).data(), ws.vc[0].row(e).data() + vw);
           }
           for (index_t t = N - win; t < N; ++t) {
-            std::vector<float> k(ws.X.row(t).data(), ws.X.row(t).data() + D);
+            std::vector<float> k(X0.row(t).data(), X0.row(t).data() + D);
             if (rope) compress::apply_rope(k.data(), static_cast<double>(t), f);
             keys.emplace_back(k.begin(), k.end());
             if (gm.shared_kv()) vals.push_back(keys.back());

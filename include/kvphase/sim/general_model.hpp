@@ -15,7 +15,7 @@
 ///       parameters and without RoPE: values carry no position), the query is q.
 ///     RMSNorm and RoPE at the entry's anchor are the compressor's (spec.rmsnorm, spec.rope).
 ///  3. RoPE (spec.rope.anchor ≠ none): the query is rotated at position N and the raw keys at
-///     their positions (the same frequencies, on the same last rope_dim channels); with one
+///     their positions (in place, after the compression; a general_model belongs to one thread) (the same frequencies, on the same last rope_dim channels); with one
 ///     shared compressor the output is rotated back by −N (DeepSeek-V4).
 ///  4. Attention (attention::compressed_attention, one query at position N − 1's visibility:
 ///     every complete entry, the last `window` raw tokens): the model_config kind — compressed
@@ -105,7 +105,6 @@ struct head_items {
 struct general_workspace {
   matrix_t<float> X;              ///< N × width token rows ([v | k], or k when separate_kv)
   matrix_t<float> V;              ///< N × dv values (separate_kv only)
-  matrix_t<float> Xr;             ///< rows rotated for the raw items (RoPE), else unused
   std::vector<float> aux_keys;    ///< task-specific key rows (kv-pairs: the P pair keys)
   std::vector<float> blocks;      ///< key_space_keys staging
   compress::compress_workspace<float> comp;
@@ -187,15 +186,6 @@ class general_model {
     ws.q.setZero();
     std::copy(q, q + d_, ws.q.data() + (shared_ ? dvp_ : 0));
     if (rope_) compress::apply_rope(ws.q.data(), static_cast<double>(N), freq_);
-    // raw rows as items: rotated at their positions under RoPE
-    const matrix_t<float>* raw = &ws.X;
-    if (rope_) {
-      if (ws.Xr.rows() != N || ws.Xr.cols() != width_) ws.Xr.resize(N, width_);
-      std::copy(ws.X.data(), ws.X.data() + N * width_, ws.Xr.data());
-      for (index_t t = 0; t < N; ++t) compress::apply_rope(ws.Xr.data() + t * width_, static_cast<double>(t), freq_);
-      raw = &ws.Xr;
-    }
-    const matrix_t<float>& Vraw = shared_ ? *raw : ws.V;
     const index_t vw = shared_ ? width_ : dvp_;  // value width of the attention calls
     ws.kc.resize(static_cast<std::size_t>(H));
     ws.vc.resize(static_cast<std::size_t>(H));
@@ -208,23 +198,31 @@ class general_model {
     const double sink = m_.sink ? 0.0 : -std::numeric_limits<double>::infinity();
     const index_t pos[1] = {N - 1};
     const compress::compress_options copt{.threads = 1, .stores = compress::store_mode::normal};
+    // every head's entries from the unrotated tokens, then the raw rows rotated in place
     for (index_t h = 0; h < H; ++h) {
       const auto hs = static_cast<std::size_t>(h);
-      const compress::chunk_grid grid = spec_.head_grid(h);
-      const index_t E = grid.num_entries(N);
+      const index_t E = spec_.head_grid(h).num_entries(N);
       require(E >= 1, "context", N, "too few tokens for one complete entry of the operator");
       auto& Kc = ws.kc[hs];
       if (Kc.rows() != E || Kc.cols() != width_) Kc.resize(E, width_);
       compress::compress_into<float>(spec_, pk_[hs], matrix_view<float>(ws.X.data(), N, width_),
                                      matrix_mut_view<float>(Kc.data(), E, width_), h, copt, &ws.comp);
-      const matrix_t<float>* Vc = &Kc;
       if (!shared_) {
         auto& vc = ws.vc[hs];
         if (vc.rows() != E || vc.cols() != dvp_) vc.resize(E, dvp_);
         compress::compress_into<float>(vspec_, pv_[hs], matrix_view<float>(ws.V.data(), N, dvp_),
                                        matrix_mut_view<float>(vc.data(), E, dvp_), h, copt, &ws.comp);
-        Vc = &vc;
       }
+    }
+    if (rope_) rotate_rows(ws.X.data(), N);
+    const matrix_t<float>* raw = &ws.X;
+    const matrix_t<float>& Vraw = shared_ ? *raw : ws.V;
+    for (index_t h = 0; h < H; ++h) {
+      const auto hs = static_cast<std::size_t>(h);
+      const compress::chunk_grid grid = spec_.head_grid(h);
+      const index_t E = ws.kc[hs].rows();
+      const auto& Kc = ws.kc[hs];
+      const matrix_t<float>* Vc = shared_ ? &Kc : &ws.vc[hs];
       head_items& it = ws.items[hs];
       it.grid = grid;
       attention::compressed_params cp{.window = window_, .compressed = true,
@@ -322,7 +320,7 @@ class general_model {
   }
   /// The same for the full control (token scores computed on first use in a trial).
   void best_full(general_workspace& ws, index_t a, index_t b, float& target, float& other) const {
-    const matrix_t<float>& raw = rope_ ? ws.Xr : ws.X;
+    const matrix_t<float>& raw = ws.X;  // rotated in place by run() under RoPE
     const index_t N = ws.X.rows();
     if (!ws.full_scored) {
       ws.full_score.resize(static_cast<std::size_t>(N));
@@ -338,6 +336,34 @@ class general_model {
   }
 
  private:
+  /// Rotates rows 0 … N−1 (width_ floats each) in place at their positions: exactly
+  /// compress::apply_rope (the same double angles, cosines and sines, rounded once), from a table
+  /// of cos/sin per (position, pair) built once per model and extended as N grows.
+  void rotate_rows(float* X, index_t N) const {
+    const index_t P = freq_.rotated / 2;
+    auto& tab = table_;
+    const index_t have = static_cast<index_t>(tab.size()) / (2 * std::max<index_t>(P, 1));
+    if (have < N) {
+      tab.resize(static_cast<std::size_t>(2 * P * N));
+      for (index_t t = have; t < N; ++t)
+        for (index_t k = 0; k < P; ++k) {
+          const double a = static_cast<double>(t) * freq_.inv_freq[static_cast<std::size_t>(k)];
+          tab[static_cast<std::size_t>(2 * (t * P + k))] = std::cos(a);
+          tab[static_cast<std::size_t>(2 * (t * P + k) + 1)] = std::sin(a);
+        }
+    }
+    for (index_t t = 0; t < N; ++t) {
+      float* r = X + t * width_ + (width_ - freq_.rotated);
+      const double* cs = tab.data() + 2 * t * P;
+      for (index_t k = 0; k < P; ++k) {
+        const double c = cs[2 * k], sn = cs[2 * k + 1];
+        const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
+        r[2 * k] = static_cast<float>(x0 * c - x1 * sn);
+        r[2 * k + 1] = static_cast<float>(x0 * sn + x1 * c);
+      }
+    }
+  }
+
   compress::pool_params<float> make(index_t width, index_t head, std::uint64_t seed) const {
     return make_for(spec_, width, head, seed);
   }
@@ -358,6 +384,7 @@ class general_model {
   compress::rope_frequencies freq_{};
   std::vector<compress::pool_params<float>> pk_, pv_;
   linear_model geo_{};
+  mutable std::vector<double> table_;  ///< RoPE cos/sin per (position, pair): one model per thread
 };
 
 }  // namespace kvphase::sim
