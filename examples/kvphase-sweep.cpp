@@ -12,11 +12,13 @@
 // Operators that are not linear in the keys (v4-csa, v4-hca, v41, nsa, paper-ref, --pool max)
 // run every task (needle, kv-pairs, padding) in the general key-space path; --engine auto (the
 // default) picks the exact score engine where compress::capabilities says it is exact, and the
-// key engine otherwise, and the output names the engine used. The general path applies no RoPE:
-// presets with RoPE need --rope none (a spec is never changed behind the user's back).
+// key engine otherwise, and the output names the engine used. The general path runs the spec as
+// given (RoPE included) through the library's attention models (--model, --heads, --topk, ...).
 // Every step is a library call: sim::run_sweep, sim::to_output (provenance, run columns, theory
 // column), sim::output_text (stats::summarize, then io).
 
+#include <cerrno>
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
@@ -47,6 +49,19 @@ struct cli_options {
   std::optional<index_t> window;  // chunk window W (default: the preset's)
   std::optional<index_t> stride;  // S (default: the preset's)
   std::string rope;               // none, start, end, centre (default: the preset's)
+  std::optional<double> rope_theta;
+  std::optional<index_t> rope_dim;
+  std::optional<index_t> origin;  // grid origin φ0
+  std::optional<index_t> heads;   // compression heads
+  std::string head_offsets;       // "auto" (h·S/H) or a,b,... (default: all 0)
+  bool uniform_pool = false;      // ablation: mean pooling on the same grid (keeps RMSNorm and RoPE)
+  std::string model = "compressed";
+  std::optional<index_t> topk, select_blocks, select_block;
+  std::vector<double> gates;
+  bool sink = false;
+  std::string params = "random";
+  std::optional<double> params_strength;
+  std::string params_file;
   std::string pool;    // override of the pool kind (mean, slot-gate, weights)
   std::vector<double> gate_bias;
   std::vector<double> slot_weights;
@@ -127,6 +142,36 @@ compress::operator_spec make_operator(const cli_options& o) {
                      "applies only to gated pools (--preset gated)");
   }
   if (op.pool == compress::pool_kind::weights) op.slot_weights = o.slot_weights;
+  if (o.rope_theta) op.rope.theta = *o.rope_theta;
+  if (o.rope_dim) op.rope.rope_dim = *o.rope_dim;
+  if (o.origin) op.grid.origin = *o.origin;
+  if (o.uniform_pool) {  // the same grid pooled uniformly: learned pooling removed, the rest kept
+    op.pool = compress::pool_kind::mean;
+    op.slot_bias.clear();
+    op.slot_weights.clear();
+    op.content_std = 0.0;
+    op.name += op.name.empty() ? "uniform" : "+uniform";
+  }
+  if (o.heads) op.heads = *o.heads;
+  if (o.head_offsets == "auto") {  // head h shifted by h·S/H
+    op.head_offsets.clear();
+    for (index_t h = 0; h < op.heads; ++h) op.head_offsets.push_back(h * op.grid.stride / op.heads);
+  } else if (!o.head_offsets.empty()) {
+    op.head_offsets.clear();
+    std::size_t i = 0;
+    while (i <= o.head_offsets.size()) {
+      const std::size_t j = std::min(o.head_offsets.find(',', i), o.head_offsets.size());
+      const std::string item = o.head_offsets.substr(i, j - i);
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      kvphase::require(!item.empty() && end == item.c_str() + item.size() && errno == 0 && v > -(1LL << 40) &&
+                           v < (1LL << 40),
+                       "head-offsets", item, "must be auto or decimal integers a,b,... within ±2^40");
+      op.head_offsets.push_back(static_cast<index_t>(v));
+      i = j + 1;
+    }
+  }
   op.validate();
   return op;
 }
@@ -141,6 +186,24 @@ sim::sweep_config make_config(const cli_options& o) {
   c.trials = o.trials;
   c.seed = o.seed;
   c.params_seed = o.params_seed;
+  sim::parse(o.model, c.model.kind);
+  if (o.topk) c.model.top_k = *o.topk;
+  if (o.select_blocks) c.model.select_blocks = *o.select_blocks;
+  if (o.select_block) c.model.select_block = *o.select_block;
+  if (!o.gates.empty()) {
+    kvphase::require(o.gates.size() == 3, "gates", o.gates.size(), "needs three values cmp,slc,win (--model nsa)");
+    c.model.gate_cmp = o.gates[0];
+    c.model.gate_slc = o.gates[1];
+    c.model.gate_win = o.gates[2];
+  }
+  kvphase::require(!o.topk || c.model.kind == sim::model_kind::csa, "topk", o.topk.value_or(0), "applies only to --model csa");
+  kvphase::require((!o.select_blocks && !o.select_block && o.gates.empty()) || c.model.kind == sim::model_kind::nsa,
+                   "select-blocks", o.select_blocks.value_or(o.select_block.value_or(0)),
+                   "--select-blocks, --select-block and --gates apply only to --model nsa");
+  c.model.sink = o.sink;
+  kvphase::compress::parse(o.params, c.model.params);
+  if (o.params_strength) c.model.params_strength = *o.params_strength;
+  c.model.params_file = o.params_file;
   c.threads = o.threads;
   c.shard = sim::shard_spec::parse(o.shard);
   c.compute_mass = false;  // the output carries counts only
@@ -206,9 +269,33 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"full", "mean", "gated", "v4-csa", "v4-hca", "v41", "nsa", "paper-ref"}))
       ->capture_default_str();
   opt_int("--window", o.window, 1, index_t(1) << 20, "chunk window W: tokens pooled per entry (default: the preset's)");
-  app.add_option("--rope", o.rope, "RoPE anchor of the entries: none, start, end, centre (default: the preset's; "
-                                   "the sweep engines apply no RoPE, so presets with RoPE need --rope none)")
+  app.add_option("--rope", o.rope, "RoPE anchor of the entries: none, start, end, centre (default: the preset's); "
+                                   "the general path also rotates the query at N and the raw keys at their positions")
       ->check(CLI::IsMember({"none", "start", "end", "centre"}));
+  opt_real("--rope-theta", o.rope_theta, 1.0000001, 1e12, "RoPE base theta (default: the preset's)");
+  opt_int("--rope-dim", o.rope_dim, 0, 65536, "rotated channels, the last ones of the keys (default: the preset's, "
+                                              "v4 presets 64: must be <= --dim)");
+  opt_int("--origin", o.origin, -(index_t(1) << 39), index_t(1) << 39, "grid origin phi0 of the operator");
+  opt_int("--heads", o.heads, 1, 4096, "compression heads (each on its own grid; general path)");
+  app.add_option("--head-offsets", o.head_offsets, "per-head grid offsets a,b,... or auto (head h: h*S/H)");
+  app.add_flag("--uniform-pool", o.uniform_pool,
+               "ablation: uniform (mean) pooling of the same grid, RMSNorm and RoPE kept");
+  app.add_option("--model", o.model,
+                 "attention model: compressed (entries + raw window, joint softmax), csa (indexer top-k + window), "
+                 "nsa (entries, selected blocks, window; gated)")
+      ->check(CLI::IsMember({"compressed", "csa", "v4-csa", "nsa"}))
+      ->capture_default_str();
+  opt_int("--topk", o.topk, 1, big, "entries the CSA indexer keeps (--model csa; default 512)");
+  opt_int("--select-blocks", o.select_blocks, 3, big, "NSA selected blocks incl. initial and 2 local (default 16)");
+  opt_int("--select-block", o.select_block, 1, big, "NSA selection block size in tokens (default 64)");
+  cl::add_reals(app, "--gates", o.gates, 0, 1, "NSA branch gates cmp,slc,win (default 1/3 each)");
+  app.add_flag("--sink", o.sink, "a sink of logit 0 in every softmax (DeepSeek-V4)");
+  app.add_option("--params", o.params,
+                 "compressor parameters: random, identity, planted-early, planted-middle, planted-late, file")
+      ->check(CLI::IsMember({"random", "identity", "planted-early", "planted-middle", "planted-late", "file"}))
+      ->capture_default_str();
+  opt_real("--params-strength", o.params_strength, 0, 100, "slope kappa of the planted slot-bias profiles (default 2)");
+  app.add_option("--params-file", o.params_file, "compressor parameters from a file (--params file)");
   opt_int("--stride", o.stride, 1, index_t(1) << 20, "stride S between entries (default: the preset's; mean/gated: 4)");
   app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights, max, identity");
   cl::add_reals(app, "--gate-bias", o.gate_bias, -1e3, 1e3, "slot-gate bias b0,b1,... (one per slot; gated)");
@@ -339,6 +426,7 @@ int main(int argc, char** argv) {
     if (!o.quiet) progress.report = printer.callback();
     const auto r = sim::run_sweep(c, progress);
     printer.finish();
+    if (const std::string w = sim::recall_warning(r); !w.empty()) std::cerr << "kvphase-sweep: warning: " << w << "\n";
     nlohmann::json extra{{"program", "kvphase-sweep"}, {"preset", o.preset}, {"format", o.format}, {"out", o.out}};
     extra.update(study_extra);
     auto out = sim::to_output(r, {.extra_config = extra, .argc = argc, .argv = argv, .theory = o.theory});

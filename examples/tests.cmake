@@ -86,6 +86,12 @@ foreach(_case "needle;key" "kv-pairs;score" "padding;key")
             -P ${CMAKE_CURRENT_SOURCE_DIR}/sweep_determinism_check.cmake)
   set_tests_properties(example.sweep_determinism_${_task}_${_engine} PROPERTIES LABELS "example;sim")
 endforeach()
+# sim: random NSA parameters (a random MLP) keep little of the query-key alignment: recall near
+# chance at every phase prints a warning naming the cause.
+add_test(NAME example.sweep_chance_warning
+  COMMAND kvphase-sweep --preset nsa --task needle --context 2048 --dim 16 --modulus 16 --trials 20 --threads 2 -q)
+set_tests_properties(example.sweep_chance_warning PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "warning: compressed recall is near chance at every phase .*params random")
 # sim: a bad flag value exits 2 with a message naming it.
 add_test(NAME example.sweep_bad_value COMMAND kvphase-sweep --stride 0)
 set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WILL_FAIL TRUE)
@@ -109,14 +115,15 @@ set_tests_properties(example.demo_quick PROPERTIES LABELS "example;demo"
 add_test(NAME example.quickstart COMMAND quickstart)
 set_tests_properties(example.quickstart PROPERTIES LABELS "example"
   PASS_REGULAR_EXPRESSION "phase 1: compressed 0\\.0[0-9]+ \\(theory 0\\.0")
-# paper_findings: short forms of the five reproduced findings (docs/reproduce.md); each checks
+# paper_findings: short forms of the six reproduced findings (docs/reproduce.md); each checks
 # the finding's verdict line (fixed seed, claims at p < 0.001 with margins far beyond it).
 foreach(_case
     "1|finding 1 verdict: compressed prefers A at 8 of 16 lengths, B at L mod 4 in \\{0,1\\}, period detected: 4; full attention prefers A at 16 of 16, period detected: none"
     "2|finding 2 verdict: compressed phase-dependent: yes, period detected: 4; full phase-dependent: no"
     "3|finding 3 verdict: period detected: 2, 4, 8 for S = 2, 4, 8; full attention flat: yes, yes, yes"
     "4|finding 4 verdict: mean_span2 periodic: yes; mean_span1 periodic: no; gate_nope periodic: yes"
-    "5|finding 5 verdict: control period detected: none; control padding prefers A at 16 of 16 lengths")
+    "5|finding 5 verdict: control period detected: none; control padding prefers A at 16 of 16 lengths"
+    "6|finding 6 verdict: gate_rope periodic: yes; gate_nope periodic: yes; uniform_span2 periodic: yes; uniform_span1 periodic: no; mean_general periodic: yes")
   string(FIND "${_case}" "|" _kv_bar)
   string(SUBSTRING "${_case}" 0 ${_kv_bar} _kv_n)
   math(EXPR _kv_bar "${_kv_bar} + 1")

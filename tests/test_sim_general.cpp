@@ -9,6 +9,7 @@
 #include <kvphase/sim/general_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/theory/heads.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -107,67 +108,120 @@ TEST_CASE("general path: materialised keys are the key engine's keys", "[sim][ge
   }
 }
 
-TEST_CASE("general model: buffered compressor equals compress::compress, entry scores q_c . C_e", "[sim][general]") {
-  const index_t d = 16;
+TEST_CASE("general model: tokens through compress:: and attention::, output equals a double reference", "[sim][general]") {
+  // The compressed rows are compress::compress of the token rows (bitwise); the output is the
+  // joint softmax over every visible entry and the raw window (scale β, sink, RoPE of the query
+  // at N and of the raw keys at their positions, the shared entry rotated back by −N) computed
+  // here in double from the same rows.
+  const index_t d = 16, dv = 3, win = 3;
   std::vector<compress::operator_spec> ops{
-      kvphase::test::without_rope(compress::v4_csa()), kvphase::test::without_rope(compress::v4_hca()),
-      kvphase::test::without_rope(compress::v41()), compress::nsa(), kvphase::test::without_rope(compress::paper_ref()),
+      compress::v4_csa(), compress::v4_hca(), compress::v41(), compress::nsa(), compress::paper_ref(),
+      kvphase::test::without_rope(compress::v4_csa()),
       {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::max},
-      {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
-      {.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
       {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean, .rmsnorm = true}};
+  ops[0].rope.rope_dim = 8;  // the preset rotates the last 64 channels: keep it within d
+  ops[1].rope.rope_dim = 8;
+  ops[2].rope.rope_dim = 8;
   std::mt19937 rng(8);
   std::normal_distribution<float> nd;
   for (const auto& op : ops) {
-    INFO(op);
-    const sim::general_model gm(op, d, 3, 11);
-    sim::general_workspace ws;
-    sim::linear_buffers b;
-    for (index_t N : {300, 173, 300}) {  // shrinking and growing reuse the buffers
-      kvphase::matrix_t<float> K(N, d);
-      for (index_t i = 0; i < N; ++i)
-        for (index_t j = 0; j < d; ++j) K(i, j) = nd(rng);
-      std::vector<float> q(static_cast<std::size_t>(d)), s(static_cast<std::size_t>(N));
-      for (auto& v : q) v = nd(rng);
-      for (index_t i = 0; i < N; ++i) s[static_cast<std::size_t>(i)] = kvphase::simd::dot<float>(K.row(i).data(), q.data(), d);
-      gm.score(K.data(), N, q.data(), s.data(), b, ws);
-      const auto ref = compress::compress<float>(gm.spec(), gm.params(), K, 0, {.threads = 1});
-      REQUIRE(ws.compressed.rows() == ref.rows());
-      REQUIRE(ws.compressed.cols() == ref.cols());
-      CHECK(ws.compressed == ref);
-      REQUIRE(b.n_entries == ref.rows());
-      REQUIRE(b.n_window == 3);
-      // q_c = q·W_C (stream-b half for two_stream) when the payload is projected, else q
-      const auto& p = gm.params();
-      const index_t c = ref.cols();
-      std::vector<double> qc(static_cast<std::size_t>(c), 0.0);
-      const bool proj = p.w_c.size() > 0 && op.pool != compress::pool_kind::mlp;
-      const index_t off = op.pool == compress::pool_kind::two_stream ? c : 0;
-      for (index_t j = 0; j < c; ++j) {
-        if (proj) {
-          for (index_t i = 0; i < d; ++i) qc[static_cast<std::size_t>(j)] += q[static_cast<std::size_t>(i)] * static_cast<double>(p.w_c(i, off + j));
-        } else if (j < d) {
-          qc[static_cast<std::size_t>(j)] = q[static_cast<std::size_t>(j)];
+    for (auto pk : {compress::params_kind::random, compress::params_kind::planted_early}) {
+      for (bool sink : {false, true}) {
+        INFO(op << " params " << compress::to_string(pk) << " sink " << sink);
+        const sim::model_config m{.sink = sink, .params = pk};
+        const sim::general_model gm(op, d, dv, win, m, 11);
+        sim::general_workspace ws;
+        for (index_t N : {300, 173, 300}) {  // shrinking and growing reuse the buffers
+          auto st = sim::seed_normal_state(5, static_cast<std::uint64_t>(N));
+          gm.begin(ws, st, N);
+          for (index_t t = 0; t < N; t += 7)
+            for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
+          std::vector<float> q(static_cast<std::size_t>(d));
+          for (auto& v : q) v = nd(rng);
+          const double beta = 0.25;
+          const kvphase::matrix_t<float> X0 = ws.X;  // run() rotates the raw rows in place
+          gm.run(ws, N, q.data(), beta);
+          const index_t D = gm.width();
+          const auto ref = compress::compress<float>(gm.spec(), gm.params(), X0, 0, {.threads = 1});
+          REQUIRE(ws.kc[0].rows() == ref.rows());
+          REQUIRE(ws.kc[0].cols() == D);
+          CHECK(ws.kc[0] == ref);
+          // reference in double
+          const bool rope = op.rope.anchor != compress::rope_anchor::none;
+          const compress::rope_frequencies f = rope ? compress::rope_frequencies(op.rope, D) : compress::rope_frequencies{};
+          std::vector<double> qd(static_cast<std::size_t>(D), 0.0);
+          {
+            std::vector<float> qf(static_cast<std::size_t>(D), 0.0f);
+            std::copy(q.begin(), q.end(), qf.begin() + (gm.shared_kv() ? D - d : 0));
+            if (rope) compress::apply_rope(qf.data(), static_cast<double>(N), f);
+            for (index_t j = 0; j < D; ++j) qd[static_cast<std::size_t>(j)] = qf[static_cast<std::size_t>(j)];
+          }
+          std::vector<std::vector<double>> keys, vals;
+          const index_t vw = gm.shared_kv() ? D : ws.vc[0].cols();
+          for (index_t e = 0; e < ref.rows(); ++e) {
+            keys.emplace_back(ref.row(e).data(), ref.row(e).data() + D);
+            if (gm.shared_kv()) vals.push_back(keys.back());
+            else vals.emplace_back(ws.vc[0].row(e).data(), ws.vc[0].row(e).data() + vw);
+          }
+          for (index_t t = N - win; t < N; ++t) {
+            std::vector<float> k(X0.row(t).data(), X0.row(t).data() + D);
+            if (rope) compress::apply_rope(k.data(), static_cast<double>(t), f);
+            keys.emplace_back(k.begin(), k.end());
+            if (gm.shared_kv()) vals.push_back(keys.back());
+            else vals.emplace_back(ws.V.row(t).data(), ws.V.row(t).data() + vw);
+          }
+          std::vector<double> logit(keys.size());
+          double mx = sink ? 0.0 : -INFINITY;
+          for (std::size_t i = 0; i < keys.size(); ++i) {
+            double v = 0;
+            for (index_t j = 0; j < D; ++j) v += qd[static_cast<std::size_t>(j)] * keys[i][static_cast<std::size_t>(j)];
+            logit[i] = beta * v;
+            mx = std::max(mx, logit[i]);
+          }
+          double z = sink ? std::exp(-mx) : 0.0, mag = 0;
+          std::vector<double> o(static_cast<std::size_t>(vw), 0.0);
+          for (std::size_t i = 0; i < keys.size(); ++i) {
+            const double p = std::exp(logit[i] - mx);
+            z += p;
+            for (index_t j = 0; j < vw; ++j) o[static_cast<std::size_t>(j)] += p * vals[i][static_cast<std::size_t>(j)];
+          }
+          for (auto& v : o) v /= z;
+          if (rope && gm.shared_kv()) {
+            std::vector<double> back = o;
+            const index_t R = f.rotated;
+            for (index_t k = 0; k < R / 2; ++k) {
+              const double a = -static_cast<double>(N) * f.inv_freq[static_cast<std::size_t>(k)];
+              const index_t c0 = D - R + 2 * k;
+              back[static_cast<std::size_t>(c0)] = o[static_cast<std::size_t>(c0)] * std::cos(a) - o[static_cast<std::size_t>(c0 + 1)] * std::sin(a);
+              back[static_cast<std::size_t>(c0 + 1)] = o[static_cast<std::size_t>(c0)] * std::sin(a) + o[static_cast<std::size_t>(c0 + 1)] * std::cos(a);
+            }
+            o = back;
+          }
+          for (std::size_t i = 0; i < keys.size(); ++i)
+            for (index_t j = 0; j < vw; ++j) mag = std::max(mag, std::abs(vals[i][static_cast<std::size_t>(j)]));
+          // float: each logit is a length-D dot (error δ = β·γ_D·Σ|q k|), so each weight p_i is off
+          // by a relative 2δ; exp (a few ulps), the normaliser and the weighted sum add at most
+          // 3·items + 8 roundings: |Δo| ≤ (2δ + γ_{3·items+8})·max|v|
+          double qk = 0;
+          for (std::size_t i = 0; i < keys.size(); ++i) {
+            double a = 0;
+            for (index_t j = 0; j < D; ++j) a += std::abs(qd[static_cast<std::size_t>(j)] * keys[i][static_cast<std::size_t>(j)]);
+            qk = std::max(qk, a);
+          }
+          const double budget = 2 * beta * kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(D), qk) +
+                                kvphase::test::rel_bound<float>(3.0 * static_cast<double>(keys.size()) + 8);
+          for (index_t j = 0; j < vw; ++j) CHECK(std::abs(ws.o(0, j) - o[static_cast<std::size_t>(j)]) <= budget * mag);
         }
       }
-      for (index_t e = 0; e < ref.rows(); ++e) {
-        double v = 0, mag = 0;
-        for (index_t j = 0; j < c; ++j) {
-          v += ref(e, j) * qc[static_cast<std::size_t>(j)];
-          mag += std::abs(ref(e, j) * qc[static_cast<std::size_t>(j)]);
-        }
-        // q_c rounded to float (one rounding per element), the sum rounded once to float
-        CHECK(std::abs(b.entry[static_cast<std::size_t>(e)] - v) <= kvphase::test::rel_bound<float>(2) * mag + kvphase::test::rel_bound<float>(1) * std::abs(v));
-      }
-      for (index_t i = 0; i < 3; ++i) CHECK(b.entry[static_cast<std::size_t>(ref.rows() + i)] == s[static_cast<std::size_t>(N - 3 + i)]);
     }
   }
-  CHECK_THROWS_WITH(sim::general_model(kvphase::test::without_rope(compress::v4_csa()), d, -1, 0), Catch::Contains("window"));
-  // RoPE is refused, never silently dropped
-  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), d, 0, 0), Catch::Contains("op.rope.anchor = start"));
-  auto two = kvphase::test::without_rope(compress::v4_csa());
-  two.heads = 2;
-  CHECK_THROWS_WITH(sim::general_model(two, d, 0, 0), Catch::Contains("heads"));
+  const sim::model_config m{};
+  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), 16, 1, -1, m, 0), Catch::Contains("window"));
+  CHECK_THROWS_WITH(sim::general_model(compress::v4_csa(), 16, 0, 0, m, 0), Catch::Contains("value_dim"));
+  // parameters from a file: no loader registered in this build, a clear error
+  const sim::model_config fm{.params = compress::params_kind::file, .params_file = "w.safetensors"};
+  CHECK_THROWS_WITH(sim::general_model(kvphase::test::without_rope(compress::v4_csa()), 16, 1, 0, fm, 0),
+                    Catch::Contains("params_file = w.safetensors") && Catch::Contains("loader"));
 }
 
 TEST_CASE("general path: kv-pairs and padding for learned-projection presets, deterministic", "[sim][general][determinism]") {
@@ -304,11 +358,153 @@ TEST_CASE("general path: what stays unsupported is named", "[sim][general][error
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine") && Catch::Contains("score") && Catch::Contains("v4_csa"));
   c.engine = sim::engine_kind::key;
-  c.op.heads = 2;
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("heads"));
+  // a non-default model needs the general path: refused on the score engine
+  auto lin = kvphase::test::small_sweep("needle", sim::engine_kind::score);
+  lin.model.kind = sim::model_kind::csa;
+  CHECK_THROWS_WITH(lin.validate(), Catch::Contains("engine = score") && Catch::Contains("general"));
   // an operator whose first entry needs more tokens than the context holds
   auto k = kvphase::test::small_general_sweep("kv-pairs", compress::v4_hca());
   k.task.get<kvphase::tasks::kv_pairs_config>().context = 100;
   k.task.get<kvphase::tasks::kv_pairs_config>().pairs = 2;
   CHECK_THROWS_WITH(k.validate(), Catch::Contains("context") && Catch::Contains("complete entry"));
+}
+
+TEST_CASE("general path: attention models are bitwise deterministic across threads and shards", "[sim][general][determinism]") {
+  // RoPE, sink, the CSA indexer, NSA selection with gates, several heads with grid offsets and
+  // planted parameters, on the needle and kv-pairs tasks: 1 vs 2 threads, and 2 or 3 shards merged.
+  struct variant {
+    const char* name;
+    compress::operator_spec op;
+    sim::model_config m;
+  };
+  auto csa = compress::v4_csa();
+  csa.rope.rope_dim = 8;
+  auto heads = compress::v4_hca();
+  heads.grid = {.window = 8, .stride = 8};
+  heads.rope.rope_dim = 8;
+  heads.heads = 2;
+  heads.head_offsets = {0, 4};
+  const std::vector<variant> vs{
+      {"csa", csa, {.kind = sim::model_kind::csa, .top_k = 16, .sink = true, .params = compress::params_kind::planted_early}},
+      {"nsa", compress::nsa(), {.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
+                                .params = compress::params_kind::identity}},
+      {"heads", heads, {.params = compress::params_kind::planted_late}}};
+  for (const auto& v : vs) {
+    for (auto t : {"needle", "kv-pairs"}) {
+      auto c = kvphase::test::small_general_sweep(t, v.op);
+      c.op = v.op;
+      c.model = v.m;
+      INFO(v.name << " " << t);
+      REQUIRE(c.general());
+      REQUIRE_NOTHROW(c.validate());
+      c.threads = 1;
+      const auto one = sim::run_sweep(c);
+      c.threads = 2;
+      const auto two = sim::run_sweep(c);
+      CHECK(one.compressed == two.compressed);
+      CHECK(one.full == two.full);
+      for (index_t n : {2, 3}) {
+        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
+        for (index_t i = 0; i < n; ++i) {
+          c.shard = {i, n};
+          const auto part = sim::run_sweep(c);
+          for (std::size_t g = 0; g < comp.size(); ++g) {
+            comp[g] += part.compressed[g];
+            full[g] += part.full[g];
+          }
+        }
+        c.shard = {};
+        CHECK(comp == one.compressed);
+        CHECK(full == one.full);
+      }
+      // the model is part of the stream key (schema /3) and of the output's configuration
+      auto other = c;
+      other.model.sink = !other.model.sink;
+      CHECK(other.stream_key() != c.stream_key());
+      CHECK(c.stream_key().starts_with("kvphase.sweep_config/3|"));
+    }
+  }
+  // the exact engines keep their key: the model field is not keyed there
+  auto lin = kvphase::test::small_sweep("needle", sim::engine_kind::score);
+  CHECK(lin.stream_key().starts_with("kvphase.sweep_config/2|"));
+  CHECK(lin.stream_key().find("model") == std::string::npos);
+}
+
+TEST_CASE("planted parameters: the profile is the pool's slot weights, the MLP is the mean pool", "[sim][general][params]") {
+  const index_t d = 6, N = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  kvphase::matrix_t<float> X(N, d);
+  for (index_t i = 0; i < N; ++i)
+    for (index_t j = 0; j < d; ++j) X(i, j) = nd(rng);
+  for (auto kind : {compress::params_kind::identity, compress::params_kind::planted_early,
+                    compress::params_kind::planted_middle, compress::params_kind::planted_late}) {
+    for (auto op : {compress::operator_spec{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::channel_gate},
+                    compress::operator_spec{.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::two_stream},
+                    compress::operator_spec{.grid = {.window = 8, .stride = 4, .convention = compress::grid_convention::nsa},
+                                            .pool = compress::pool_kind::mlp}}) {
+      INFO(compress::to_string(op.pool) << " " << compress::to_string(kind));
+      const auto p = compress::planted_params<float>(op, d, kind, 1.5, 7, 0, 0.0);
+      const auto out = compress::compress<float>(op, p, X, 0, {.threads = 1});
+      const auto b = compress::planted_profile(kind, op.grid.window, 1.5);
+      for (index_t e = 0; e < out.rows(); ++e) {
+        const auto src = op.grid.sources(e);
+        double z = 0;
+        for (index_t r = 0; r < op.grid.window; ++r)
+          if (src.first + r >= 0) z += std::exp(b[static_cast<std::size_t>(r)]);
+        for (index_t k = 0; k < d; ++k) {
+          double v = 0, mag = 0;
+          for (index_t r = 0; r < op.grid.window; ++r) {
+            if (src.first + r < 0) continue;
+            const double w = std::exp(b[static_cast<std::size_t>(r)]) / z;
+            v += w * X(src.first + r, k);
+            mag += std::abs(w * X(src.first + r, k));
+          }
+          // W products and sums plus the softmax (exp, normaliser: W + 4 roundings); the MLP's
+          // two relu branches and its second layer add 2·d + 2
+          const double ops = 3.0 * static_cast<double>(op.grid.window) + 2.0 * static_cast<double>(d) + 8;
+          CHECK(std::abs(out(e, k) - v) <= kvphase::test::rel_bound<float>(ops) * (mag + std::abs(v)) + 1e-30);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(compress::planted_params<float>(compress::v4_csa(), d, compress::params_kind::random),
+                    Catch::Contains("params = random"));
+}
+
+TEST_CASE("general path: heads with grid offsets h*S/H follow theory/heads within 4 SE per phase", "[sim][general][heads]") {
+  // slot weights (1, .3, .3, .3) on W = S = 4: one head retrieves best at phase 0 of its grid;
+  // four heads shifted by 0, 1, 2, 3 flatten recall to 1 − Π_h (1 − R_h(φ)).
+  const double sigma = 1.6;
+  compress::operator_spec head{.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::weights,
+                               .slot_weights = {1.0, 0.3, 0.3, 0.3}};
+  for (index_t H : {1, 2, 4}) {
+    sim::sweep_config c;
+    c.task = kvphase::tasks::needle_config{.context = 2048, .dim = 16, .key_span = 1, .query_noise = sigma};
+    c.op = head;
+    c.op.heads = H;
+    for (index_t h = 0; h < H; ++h) c.op.head_offsets.push_back(h * 4 / H);
+    c.modulus = 4;
+    c.trials = 600;
+    c.seed = 9;
+    if (H == 1) c.model.params = compress::params_kind::identity;  // the general path for one head too
+    REQUIRE(c.general());
+    const auto r = sim::run_sweep(c);
+    std::vector<compress::operator_spec> hs;
+    for (index_t h = 0; h < H; ++h) {
+      auto s = head;
+      s.grid.origin = h * 4 / H;
+      hs.push_back(s);
+    }
+    const kvphase::theory::needle_model m{.context = 2048, .dim = 16, .key_span = 1, .snr = 1.0 / (sigma * sigma)};
+    const auto th = kvphase::theory::predict_heads(hs, m);
+    for (index_t ph = 0; ph < 4; ++ph) {
+      const double R = th.any[static_cast<std::size_t>(ph)];
+      const auto& g = r.compressed[static_cast<std::size_t>(ph)];
+      const double p = static_cast<double>(g.hits) / static_cast<double>(g.trials);
+      const double se = std::sqrt(std::max(R * (1 - R), 1.0 / static_cast<double>(g.trials)) / static_cast<double>(g.trials));
+      INFO("H " << H << " phase " << ph << ": measured " << p << " theory " << R << " se " << se);
+      CHECK(std::abs(p - R) <= 4 * se);
+    }
+  }
 }

@@ -182,8 +182,8 @@ TEST_CASE("tasks: an engine that cannot run an operator exactly is refused, nami
   sim::sweep_config c;
   c.task = tasks::needle_config{.context = 512, .dim = 16};
   c.op = kvphase::compress::v4_csa();
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("op.rope.anchor"));
-  c.op.rope.anchor = kvphase::compress::rope_anchor::none;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("op.rope.rope_dim = 64"));  // RoPE must fit d = 16
+  c.op.rope.rope_dim = 16;
   CHECK(c.resolved_engine() == sim::engine_kind::key);
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine = score") && Catch::Contains("not linear"));

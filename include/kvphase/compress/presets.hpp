@@ -16,14 +16,20 @@
 /// For separate_kv specs draw the value compressor's parameters with another seed, e.g.
 /// make_preset_params(spec, d, rng::combine(seed, 1)).
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "kvphase/compress/params_kind.hpp"
 #include "kvphase/compress/pool.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
 
 namespace kvphase::compress {
 
@@ -121,6 +127,125 @@ template <class Real>
 [[nodiscard]] pool_params<Real> make_preset_params(const operator_spec& spec, index_t d, std::uint64_t seed = 0,
                                                    index_t head = 0) {
   return make_params<Real>(spec, d, preset_init(spec, seed), head);
+}
+
+}  // namespace kvphase::compress
+
+namespace kvphase::compress {
+
+/// Slot-bias profile of a planted kind over W slots (zeros for identity).
+inline std::vector<double> planted_profile(params_kind k, index_t W, double strength) {
+  std::vector<double> b(static_cast<std::size_t>(W), 0.0);
+  for (index_t r = 0; r < W; ++r) {
+    const double x = static_cast<double>(r);
+    double v = 0.0;
+    if (k == params_kind::planted_early) v = -strength * x;
+    else if (k == params_kind::planted_late) v = -strength * static_cast<double>(W - 1 - r);
+    else if (k == params_kind::planted_middle) v = -strength * std::abs(x - 0.5 * static_cast<double>(W - 1));
+    b[static_cast<std::size_t>(r)] = v;
+  }
+  return b;
+}
+
+/// Interpretable parameters of `spec` for input width d (see params_kind). Output width = d.
+/// The MLP's small random part has std `mlp_noise` (relative to the mean weights' scale).
+/// Pools with the profile in the spec (slot_gate: spec.slot_bias) or without parameters (mean,
+/// max, weights, identity) get empty parameters: the profile is then the spec's. Throws
+/// kvphase::error for params_kind random or file (use make_preset_params / params_loader).
+template <class Real>
+[[nodiscard]] pool_params<Real> planted_params(const operator_spec& spec, index_t d, params_kind kind,
+                                               double strength = 2.0, std::uint64_t seed = 0, index_t head = 0,
+                                               double mlp_noise = 0.05) {
+  spec.validate();
+  require(kind != params_kind::random && kind != params_kind::file, "params", to_string(kind),
+          "planted_params makes identity or planted parameters only");
+  require(std::isfinite(strength) && strength >= 0.0, "params_strength", strength, "must be finite and >= 0");
+  require(std::isfinite(mlp_noise) && mlp_noise >= 0.0, "mlp_noise", mlp_noise, "must be finite and >= 0");
+  require(d >= 1 && d <= limits::max_dim, "d", d, "input width must be in [1, 65536]");
+  const index_t W = spec.grid.window, S = spec.grid.stride;
+  const auto b = planted_profile(kind, W, strength);
+  pool_params<Real> p;
+  switch (spec.pool) {
+    case pool_kind::channel_gate:
+      p.slot_bias_c.resize(W, d);
+      for (index_t r = 0; r < W; ++r)
+        for (index_t k = 0; k < d; ++k) p.slot_bias_c(r, k) = static_cast<Real>(b[static_cast<std::size_t>(r)]);
+      break;
+    case pool_kind::two_stream:
+      // bias row j of stream a = slot j (previous block), of stream b = slot S + j
+      p.slot_bias_c.resize(S, 2 * d);
+      for (index_t j = 0; j < S; ++j)
+        for (index_t k = 0; k < d; ++k) {
+          p.slot_bias_c(j, k) = static_cast<Real>(b[static_cast<std::size_t>(j)]);
+          p.slot_bias_c(j, d + k) = static_cast<Real>(b[static_cast<std::size_t>(S + j)]);
+        }
+      break;
+    case pool_kind::mlp: {
+      // h = relu(W1ᵀ f) with W1 = [A, −A], out = W2ᵀ h with W2 = [I; −I]: relu(a) − relu(−a) = a,
+      // a = Σ_r w_r x_r (w = softmax of the profile; uniform for identity) plus a small random part
+      double mx = -INFINITY, s = 0;
+      for (double v : b) mx = std::max(mx, v);
+      std::vector<double> w(static_cast<std::size_t>(W));
+      for (index_t r = 0; r < W; ++r) s += (w[static_cast<std::size_t>(r)] = std::exp(b[static_cast<std::size_t>(r)] - mx));
+      for (auto& v : w) v /= s;
+      p.activation = mlp_activation::relu;
+      p.mlp_pos.setZero(W, d);
+      p.mlp_w1.setZero(W * d, 2 * d);
+      rng::philox_stream st(seed, rng::combine(rng::hash_text("planted_mlp"), static_cast<std::uint64_t>(head)));
+      const double noise = mlp_noise / static_cast<double>(W);
+      for (index_t r = 0; r < W; ++r)
+        for (index_t k = 0; k < d; ++k)
+          for (index_t j = 0; j < d; ++j) {
+            const double a = (j == k ? w[static_cast<std::size_t>(r)] : 0.0) + noise * st.normal();
+            p.mlp_w1(r * d + k, j) = static_cast<Real>(a);
+            p.mlp_w1(r * d + k, d + j) = static_cast<Real>(-a);
+          }
+      p.mlp_b1.setZero(2 * d);
+      p.mlp_w2.setZero(2 * d, d);
+      for (index_t j = 0; j < d; ++j) {
+        p.mlp_w2(j, j) = Real(1);
+        p.mlp_w2(d + j, j) = Real(-1);
+      }
+      p.mlp_b2.setZero(d);
+      break;
+    }
+    default:
+      break;  // the spec holds the profile (slot_gate bias) or the pool has no parameters
+  }
+  p.validate(spec, d);
+  return p;
+}
+
+/// Loader of compressor parameters from a file: (path, spec, input width d, head) → parameters.
+/// The tensor readers register one (set_params_loader); until then load_params_file refuses
+/// with an error naming the file and what is missing.
+template <class Real>
+using params_loader = std::function<pool_params<Real>(const std::string&, const operator_spec&, index_t, index_t)>;
+
+template <class Real>
+inline params_loader<Real>& params_loader_slot() {
+  static params_loader<Real> f;
+  return f;
+}
+/// Registers the loader used by load_params_file (replaces any previous one).
+template <class Real>
+inline void set_params_loader(params_loader<Real> f) {
+  params_loader_slot<Real>() = std::move(f);
+}
+/// Parameters of head `head` of `spec` from `path` through the registered loader; throws
+/// kvphase::error naming params_file when none is registered or the path is empty.
+template <class Real>
+[[nodiscard]] pool_params<Real> load_params_file(const std::string& path, const operator_spec& spec, index_t d,
+                                                 index_t head = 0) {
+  require(!path.empty(), "params_file", "(empty)", "must name a parameter file (params = file)");
+  auto& f = params_loader_slot<Real>();
+  if (!f)
+    fail("params_file", path,
+         "no parameter-file loader is registered in this build (the tensor readers io/npy and io/safetensors "
+         "register one); use params random, identity or planted-*");
+  pool_params<Real> p = f(path, spec, d, head);
+  p.validate(spec, d);
+  return p;
 }
 
 }  // namespace kvphase::compress

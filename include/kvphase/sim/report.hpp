@@ -12,6 +12,8 @@
 /// and as run columns on every CSV data row (run_columns()), so outputs concatenate into one
 /// tidy table. The theory column is theory::predict_sweep_column's.
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -76,7 +78,46 @@ struct output_options {
   cols.emplace_back("seed", num(c.seed));
   cols.emplace_back("params_seed", num(c.params_seed));
   if (c.design != design_kind::independent) cols.emplace_back("design", to_string(c.design));
+  if (c.general()) {  // the general path's model (the exact engines run the default one)
+    cols.emplace_back("attention", to_string(c.model.kind));
+    cols.emplace_back("rope", compress::to_string(c.op.rope.anchor));
+    cols.emplace_back("heads", num(c.op.heads));
+    cols.emplace_back("params", compress::to_string(c.model.params));
+    if (c.model.kind == model_kind::csa) cols.emplace_back("top_k", num(c.model.top_k));
+    if (c.model.kind == model_kind::nsa) cols.emplace_back("select_blocks", num(c.model.select_blocks));
+  }
   return cols;
+}
+
+/// A warning when the compressed model's recall is near chance at every phase while full
+/// attention on the same inputs retrieves (empty otherwise), naming the likely cause.
+[[nodiscard]] inline std::string recall_warning(const sweep_result& r) {
+  const sweep_config& c = r.config;
+  if (r.compressed.empty()) return {};
+  double best = 0, fh = 0, fn = 0;
+  for (std::size_t g = 0; g < r.compressed.size(); ++g) {
+    const auto& m = r.compressed[g];
+    if (m.trials > 0) best = std::max(best, static_cast<double>(m.hits) / static_cast<double>(m.trials));
+    fh += static_cast<double>(r.full[g].hits);
+    fn += static_cast<double>(r.full[g].trials);
+  }
+  double chance = 0.02;
+  if (const auto* kv = c.task.get_if<tasks::kv_pairs_config>()) chance = 1.0 / static_cast<double>(kv->codes);
+  const double full = fn > 0 ? fh / fn : 0.0;
+  if (best > std::max(2 * chance, 0.05) || full < 0.5) return {};
+  std::string why;
+  const bool learned = !c.capabilities().linear || c.op.separate_kv;
+  if (c.general() && c.model.params == compress::params_kind::random && learned)
+    why = "the compressor's parameters are random (params random): a random payload map, gate or MLP does not "
+          "keep the query-key alignment; measure with params identity or planted-early|middle|late";
+  else if (c.model.kind == model_kind::csa)
+    why = "the indexer's top_k (" + std::to_string(c.model.top_k) + ") may drop the target's entries";
+  else
+    why = "the compressed entries lose the query-key alignment (check the operator, rope and the raw window)";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "compressed recall is near chance at every phase (best %.3f, full attention %.3f): ",
+                best, full);
+  return buf + why;
 }
 
 /// The theory column of c, or a kvphase::error naming `theory` and the reason it is not covered.

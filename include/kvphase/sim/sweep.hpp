@@ -21,11 +21,11 @@
 ///  - key, linear operator: keys generated and scored in one fused pass (sim/noise_scores.hpp),
 ///    d normals per token; both exact for iid Gaussian keys and linear pools
 ///    (sim/linear_model.hpp);
-///  - key, operator not linear in the keys (capabilities(op).score_exact false): the general
-///    key-space path. The same normals are drawn in the same order, but the keys are
-///    materialised, the planted rows written over them and the keys compressed by the operator
-///    (sim/general_model.hpp; values pooled by the uniform mean over an entry's slots). The full
-///    control is scored from the same materialised keys.
+///  - key, general path (sweep_config::general(): an operator that is not score-exact, or a
+///    model other than the default): the same normals are drawn in the same order, but the keys
+///    and the task's values are materialised, compressed by the operator as given and attended
+///    by the library's attention models (sim/general_model.hpp); the full control attends the
+///    same tokens.
 
 #include <algorithm>
 #include <atomic>
@@ -65,11 +65,10 @@ class trial_runner final : public tasks::trial_env {
   explicit trial_runner(const sweep_config& c)
       : c_(c), cid_(c.config_id()), geo_(c.geometry()), engine_(c.resolved_engine()), general_(c.general()),
         d_(c.dim()), full_(linear_model::full()), state_(c.task.make_state()) {
-    if (general_) gmodel_ = general_model(c.op, d_, c.window, c.params_seed);
-    else comp_ = linear_model(c.op, c.window);
+    if (!general_) comp_ = linear_model(c.op, c.window);
     if (c.design == design_kind::shifted)  // group g: the grid moved by g tokens of prefix padding
       for (index_t g = 0; g < c.groups(); ++g) {
-        if (general_) shifted_general_.emplace_back(shifted_operator(c.op, g), d_, c.window, c.params_seed);
+        if (general_) shifted_general_.emplace_back();  // built on first use, as gmodel_
         else shifted_linear_.emplace_back(shifted_operator(c.op, g), c.window);
       }
   }
@@ -83,6 +82,7 @@ class trial_runner final : public tasks::trial_env {
     group_ = shifted ? 0 : g;  // shifted: the task lays out the item at phase 0, group g's grid moves
     active_general_ = shifted && general_ ? &shifted_general_[static_cast<std::size_t>(g)] : &gmodel_;
     active_linear_ = shifted && !general_ ? &shifted_linear_[static_cast<std::size_t>(g)] : &comp_;
+    active_shift_ = shifted ? g : 0;
     ps_.emplace(c_.seed, stream);
     gen_.emplace(c_.seed, rng::combine(stream, normal_tag));
     c_.task.run(*this, *state_, comp, full);
@@ -112,37 +112,53 @@ class trial_runner final : public tasks::trial_env {
   /// materialised keys, spans written as rows, compressed by the operator; linear engines —
   /// token scores, spans written as scores, pooled. Fills the compressed buffers and the full
   /// model's (the token scores).
-  void score(normal_state& st, index_t N, const float* q, double qn, std::span<const tasks::planted_span> spans) override {
+  void score(normal_state& st, index_t N, const float* q, double qn, std::span<const tasks::planted_span> spans,
+             index_t value_dim = 1, double beta = 0.0) override {
     auto& w = ws_;
     const index_t d = d_;
-    w.s.resize(static_cast<std::size_t>(N));
     if (general_) {
-      auto& K = w.gen.keys;
-      K.resize(static_cast<std::size_t>(N * d));
-      key_space_keys(st, d, K.data(), N, w.gen.blocks);
+      // the model is built for the task's value width on first use (parameters drawn once)
+      auto& gm = *active_general_;
+      if (!gm || gm->value_dim() != value_dim)
+        gm.emplace(shifted_operator(c_.op, active_shift_), d, value_dim, c_.window, c_.model, c_.params_seed);
+      const general_model& g = *gm;
+      g.begin(w.gen, st, N);
       for (const auto& r : spans)
         for (index_t i = 0; i < r.count; ++i) {
-          float* row = K.data() + (r.first + i) * d;
+          float* row = g.key_row(w.gen, r.first + i);
           for (index_t j = 0; j < d; ++j) row[j] = r.coef * r.v[j];
+          if (r.val) std::copy(r.val, r.val + value_dim, g.value_row(w.gen, r.first + i));
         }
-      for (index_t i = 0; i < N; ++i) w.s[static_cast<std::size_t>(i)] = simd::dot<float>(K.data() + i * d, q, d);
-      active_general_->score(K.data(), N, q, w.s.data(), w.comp, w.gen);
-    } else {
-      noise(st, q, qn, w.s.data(), N);
-      const linear_model& comp = *active_linear_;
-      if (comp.content_gated()) {
-        normal_generator rest(st);
-        w.z.resize(static_cast<std::size_t>(N));
-        rest.fill_scaled(w.z.data(), N, comp.content_std());
-      }
-      for (const auto& r : spans)
-        for (index_t i = 0; i < r.count; ++i) w.s[static_cast<std::size_t>(r.first + i)] = r.score;
-      comp.pool(w.s.data(), w.z.data(), N, w.comp);
+      g.run(w.gen, N, q, beta > 0 ? beta : 1.0 / std::sqrt(static_cast<double>(d)));
+      return;
     }
+    w.s.resize(static_cast<std::size_t>(N));
+    noise(st, q, qn, w.s.data(), N);
+    const linear_model& comp = *active_linear_;
+    if (comp.content_gated()) {
+      normal_generator rest(st);
+      w.z.resize(static_cast<std::size_t>(N));
+      rest.fill_scaled(w.z.data(), N, comp.content_std());
+    }
+    for (const auto& r : spans)
+      for (index_t i = 0; i < r.count; ++i) w.s[static_cast<std::size_t>(r.first + i)] = r.score;
+    comp.pool(w.s.data(), w.z.data(), N, w.comp);
     full_.pool(w.s.data(), nullptr, N, w.full);
   }
-  tasks::model_view compressed() override { return {general_ ? active_general_->geometry() : *active_linear_, ws_.comp}; }
-  tasks::model_view full() override { return {full_, ws_.full}; }
+  tasks::model_view compressed() override {
+    comp_items_.r = this;  // set here: the runner may have been moved since construction
+    if (general_) return {(*active_general_)->geometry(), ws_.comp, ws_.gen.o.data(), &comp_items_};
+    return {*active_linear_, ws_.comp};
+  }
+  tasks::model_view full() override {
+    full_items_.r = this;
+    if (general_) return {full_, ws_.full, ws_.gen.of.data(), &full_items_};
+    return {full_, ws_.full};
+  }
+  /// The general path's model of the current group (after its first trial), for tests and diagnostics.
+  [[nodiscard]] const general_model* general() const noexcept {
+    return *active_general_ ? &**active_general_ : nullptr;
+  }
 
  private:
   /// Noise scores of n tokens for query q (|q| = qn) with the resolved linear engine.
@@ -164,11 +180,22 @@ class trial_runner final : public tasks::trial_env {
   bool general_;
   index_t d_;
   linear_model comp_, full_;
-  general_model gmodel_;
-  std::vector<general_model> shifted_general_;  ///< design shifted: per group
+  std::optional<general_model> gmodel_;
+  std::vector<std::optional<general_model>> shifted_general_;  ///< design shifted: per group
   std::vector<linear_model> shifted_linear_;
-  general_model* active_general_ = &gmodel_;
+  std::optional<general_model>* active_general_ = &gmodel_;
   const linear_model* active_linear_ = &comp_;
+  index_t active_shift_ = 0;  ///< design shifted: tokens of prefix padding of the current group
+  struct comp_items final : tasks::item_scores {
+    trial_runner* r = nullptr;
+    void best(index_t a, index_t b, float& t, float& o) const override { (*r->active_general_)->best_compressed(r->ws_.gen, a, b, t, o); }
+  };
+  struct full_items final : tasks::item_scores {
+    trial_runner* r = nullptr;
+    void best(index_t a, index_t b, float& t, float& o) const override { (*r->active_general_)->best_full(r->ws_.gen, a, b, t, o); }
+  };
+  comp_items comp_items_;
+  full_items full_items_;
   std::unique_ptr<tasks::detail::task_state_base> state_;
   workspace ws_;
   index_t group_ = 0;

@@ -36,6 +36,7 @@
 #include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/sim/design.hpp"
+#include "kvphase/sim/model_config.hpp"
 #include "kvphase/sim/shard.hpp"
 #include "kvphase/stats/paired_counts.hpp"
 #include "kvphase/tasks/kv_pairs.hpp"
@@ -78,6 +79,8 @@ inline constexpr double margin_unit = 0x1.0p20;
 
 /// Schema name of the stream key (bump it, and say so in CHANGELOG.md, to change streams).
 inline constexpr std::string_view sweep_schema = "kvphase.sweep_config/2";
+/// Schema of the general path's stream key (the faithful models: keys, values, attention).
+inline constexpr std::string_view sweep_schema_general = "kvphase.sweep_config/3";
 
 struct sweep_config {
   tasks::any_task task = tasks::needle_config{};  ///< the task and its config (tasks/*.hpp)
@@ -90,6 +93,7 @@ struct sweep_config {
   int threads = 0;           ///< 0: all available
   shard_spec shard{};
   std::uint64_t params_seed = 0;  ///< parameters of non-linear operators (general key-space path)
+  model_config model{};      ///< the attention model and compressor parameters (sim/model_config.hpp)
   bool compute_mass = true;  ///< needle: also the attention mass (padding and kv-pairs always need it);
                              ///< does not change any draw or hit
   design_kind design = design_kind::independent;  ///< sim/design.hpp; not keyed: its streams have their own tag
@@ -103,6 +107,8 @@ struct sweep_config {
     v("engine", engine);
     v("modulus", modulus);
     v("params_seed", params_seed);
+    // keyed on the general path only: the exact engines run the default model and keep their key
+    v("model", model, general() ? fields::none : fields::not_keyed);
     v("trials", trials, fields::not_keyed);
     v("seed", seed, fields::not_keyed);
     v("threads", threads, fields::not_keyed);
@@ -125,12 +131,16 @@ struct sweep_config {
   /// What can be done exactly with the operator.
   [[nodiscard]] compress::capability_set capabilities() const { return compress::capabilities(op); }
   /// Whether the operator needs the general key-space path (materialised keys + compressor).
-  [[nodiscard]] bool general() const { return !capabilities().score_exact; }
+  /// An operator that is not score-exact, or any model other than the default.
+  [[nodiscard]] bool general() const { return !capabilities().score_exact || !model.is_default(); }
   /// The engine that runs: `automatic` resolved (see the file comment).
   [[nodiscard]] engine_kind resolved_engine() const {
     if (engine != engine_kind::automatic) return engine;
     return general() ? engine_kind::key : engine_kind::score;
   }
+  /// Schema of the stream key: kvphase.sweep_config/3 on the general path (its key includes the
+  /// model), /2 on the exact engines (their key, and so their streams, are those of 0.3.0).
+  [[nodiscard]] std::string_view schema() const { return general() ? sweep_schema_general : sweep_schema; }
 
   void validate() const {
     op.validate();
@@ -139,12 +149,16 @@ struct sweep_config {
       require(engine != engine_kind::score, "engine", to_string(engine),
               "operator " + (op.name.empty() ? std::string(compress::to_string(op.pool)) : op.name) +
                   " is not exact on the score engine (" + caps.score_reason + "): use key or auto");
-      require(op.heads == 1 && op.head_offsets.empty(), "op.heads", op.heads,
-              "the general key-space path models one compression head on the spec's grid");
-      require(op.rope.anchor == compress::rope_anchor::none, "op.rope.anchor", compress::to_string(op.rope.anchor),
-              "the general key-space path applies no RoPE (its queries are built from key vectors and have no "
-              "position): use rope anchor none");
     }
+    model.validate();
+    if (general() && op.rope.anchor != compress::rope_anchor::none)
+      require((op.rope.rope_dim == 0 && op.separate_kv) || (op.rope.rope_dim >= 1 && op.rope.rope_dim <= dim()),
+              "op.rope.rope_dim", op.rope.rope_dim,
+              "the general path rotates the last rope_dim channels of the keys: must be in [1, dim = " +
+                  std::to_string(dim()) + "] (0, all channels, only with separate_kv)");
+    if (!model.is_default())
+      require(engine != engine_kind::score, "engine", to_string(engine),
+              "the model " + fields::canonical(model) + " runs on the general key-space path: use key or auto");
     require(window >= 0 && window <= (index_t(1) << 30), "window", window, "must be in [0, 2^30]");
     require(modulus >= 0 && modulus <= 4096, "modulus", modulus, "must be in [0, 4096] (0: the stride)");
     require(trials >= 1 && trials <= (index_t(1) << 40), "trials", trials, "must be in [1, 2^40]");
@@ -168,7 +182,7 @@ struct sweep_config {
     sweep_config c = *this;
     c.engine = resolved_engine();
     c.modulus = geometry().phase_groups();  // 0 means the stride: the same stream as naming it
-    return fields::canonical(c, sweep_schema);
+    return fields::canonical(c, schema());
   }
   [[nodiscard]] std::uint64_t config_id() const { return rng::hash_text(stream_key()); }
   /// Everything, for logs (follows the stream's number format; keys nothing).

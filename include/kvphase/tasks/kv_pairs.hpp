@@ -18,7 +18,9 @@
 /// length per trial; code(j) uniform and independent over pairs.
 /// Query: q = κ_{j*} + σ·ε for the target pair j*.
 /// Readout: o = Σ_items softmax(β·score)_item · pooled V_item; decoded value = the nearest
-/// codebook vector (max o·ν_c for unit vectors); hit = decoded code is code(j*).
+/// codebook vector (max o·ν_c for unit vectors); hit = decoded code is code(j*). On the general
+/// path o is the attention output itself (value rows [ν_code(j) | 1 for the target pair]; the
+/// last channel of o is the target's mass).
 ///
 /// Target choice for residue group g (mod M): j* uniform in [P·depth_lo, P·depth_hi]; the gaps
 /// around it are widened by M/2 each (taken from the trailing filler) and the pair is shifted by
@@ -127,7 +129,7 @@ struct kv_pairs_config {
   [[nodiscard]] index_t context_tokens(index_t) const noexcept { return context; }
   void validate(const sweep_geometry& g) const { validate(groups(g)); }
   struct state {
-    std::vector<float> kappa, eps, q, codebook;
+    std::vector<float> kappa, eps, q, codebook, values;
     std::vector<planted_span> planted;
     std::vector<std::uint32_t> codes;
     std::vector<double> code_weight;
@@ -227,35 +229,56 @@ inline void kv_pairs_config::run(trial_env& env, state& w, trial_outcome& oc, tr
   } else {
     ids[w.layout.target] = static_cast<float>(qk);
   }
+  // general path: value tokens of pair j carry [ν_code(j) | 1 if j is the target] (d + 1 channels)
+  const index_t dv = d + 1;
+  if (rows) {
+    w.values.resize(static_cast<std::size_t>(P * dv));
+    for (index_t j = 0; j < P; ++j) {
+      float* vr = w.values.data() + j * dv;
+      const float* nuj = nu + static_cast<index_t>(w.codes[static_cast<std::size_t>(j)]) * d;
+      std::copy(nuj, nuj + d, vr);
+      vr[d] = j == w.layout.target ? 1.0f : 0.0f;
+    }
+  }
   w.planted.clear();
   for (index_t j = 0; j < P; ++j) {
     const index_t st0 = w.layout.start[static_cast<std::size_t>(j)];
     const float* kj = rows ? ids + j * d : nullptr;
     const float sj = rows ? 0.0f : ids[j];
     w.planted.push_back({st0, key_span, kj, 1.0f, sj});
-    w.planted.push_back({st0 + key_span, value_span, kj, cv, cv * sj});
+    w.planted.push_back({st0 + key_span, value_span, kj, cv, cv * sj, rows ? w.values.data() + j * dv : nullptr});
   }
-  env.score(st, N, w.q.data(), qn, w.planted);
+  env.score(st, N, w.q.data(), qn, w.planted, dv, beta());
   const float b = static_cast<float>(beta());
   auto readout = [&](model_view mv) {
-    mv.model.softmax(mv.buffers, b, true);
-    w.code_weight.assign(static_cast<std::size_t>(C), 0.0);
-    double target_mass = 0;
-    for (index_t j = 0; j < P; ++j) {
-      const index_t v0 = w.layout.start[static_cast<std::size_t>(j)] + key_span;
-      double a = 0;
-      for (index_t i = 0; i < value_span; ++i) a += mv.model.token_mass(mv.buffers, v0 + i);
-      w.code_weight[w.codes[static_cast<std::size_t>(j)]] += a;
-      if (j == w.layout.target) target_mass = a;
-    }
-    // o·ν_c = Σ_c' B[c'] G[c', c]; decode = argmax (unit codebook: nearest vector)
     const std::uint32_t ct = w.codes[static_cast<std::size_t>(w.layout.target)];
     double best_t = 0, best_o = -std::numeric_limits<double>::infinity();
-    for (index_t c = 0; c < C; ++c) {
-      double v = 0;
-      for (index_t c2 = 0; c2 < C; ++c2) v += w.code_weight[static_cast<std::size_t>(c2)] * w.gram[static_cast<std::size_t>(c2 * C + c)];
-      if (static_cast<std::uint32_t>(c) == ct) best_t = v;
-      else best_o = std::max(best_o, v);
+    double target_mass = 0;
+    if (mv.output) {
+      // the attention output o (first d channels), decoded to the nearest unit codebook vector
+      for (index_t c = 0; c < C; ++c) {
+        const double v = detail::dot_d(mv.output, nu + c * d, d);
+        if (static_cast<std::uint32_t>(c) == ct) best_t = v;
+        else best_o = std::max(best_o, v);
+      }
+      target_mass = mv.output[d];
+    } else {
+      mv.model.softmax(mv.buffers, b, true);
+      w.code_weight.assign(static_cast<std::size_t>(C), 0.0);
+      for (index_t j = 0; j < P; ++j) {
+        const index_t v0 = w.layout.start[static_cast<std::size_t>(j)] + key_span;
+        double a = 0;
+        for (index_t i = 0; i < value_span; ++i) a += mv.model.token_mass(mv.buffers, v0 + i);
+        w.code_weight[w.codes[static_cast<std::size_t>(j)]] += a;
+        if (j == w.layout.target) target_mass = a;
+      }
+      // o·ν_c = Σ_c' B[c'] G[c', c]; decode = argmax (unit codebook: nearest vector)
+      for (index_t c = 0; c < C; ++c) {
+        double v = 0;
+        for (index_t c2 = 0; c2 < C; ++c2) v += w.code_weight[static_cast<std::size_t>(c2)] * w.gram[static_cast<std::size_t>(c2 * C + c)];
+        if (static_cast<std::uint32_t>(c) == ct) best_t = v;
+        else best_o = std::max(best_o, v);
+      }
     }
     trial_outcome o;
     o.hit = best_t > best_o;

@@ -15,7 +15,8 @@
 ///  - query: q = κ + σ·ε, ε ~ N(0, I_d), σ = query_noise (0 = the query is exactly the key;
 ///    the signal-to-noise ratio of the query is 1/σ²).
 /// V layout: needle tokens (key and value span) carry the payload, all others none, so the
-/// attention mass on the target is the weight the output gives the needle's tokens.
+/// attention mass on the target is the weight the output gives the needle's tokens (general
+/// path: one value channel, 1 on the needle's tokens; the mass is that channel of the output).
 ///
 /// Outcome per model (full or compressed), over the model's items (entries, window tokens):
 ///  - hit: the highest-scoring item holds a needle token (its sources meet [p, p + k_key + k_value));
@@ -151,18 +152,21 @@ inline void needle_config::run(trial_env& env, state& w, trial_outcome& oc, tria
   const double qn = detail::make_query(w.q, w.kappa, w.eps, query_noise, d);
   const double qk = detail::dot_d(w.q.data(), w.kappa.data(), d);
   sim::normal_state st = gen.state();
-  w.planted.assign({{p, key_span, w.kappa.data(), 1.0f, static_cast<float>(qk)},
+  static constexpr float one = 1.0f;  // value payload: one indicator channel on the needle's tokens
+  w.planted.assign({{p, key_span, w.kappa.data(), 1.0f, static_cast<float>(qk), &one},
                     {p + key_span, value_span, w.kappa.data(), static_cast<float>(value_key_weight),
-                     static_cast<float>(value_key_weight * qk)}});
-  env.score(st, N, w.q.data(), qn, w.planted);
+                     static_cast<float>(value_key_weight * qk), &one}});
+  env.score(st, N, w.q.data(), qn, w.planted, 1, beta());
   const float b = static_cast<float>(beta());
   auto readout = [&](model_view mv) {
     float bt, bo;
-    mv.model.best_scores(mv.buffers, p, p + span(), bt, bo);
+    mv.best_scores(p, p + span(), bt, bo);
     trial_outcome o;
     o.hit = bt > bo;
     o.margin = static_cast<double>(bt) - static_cast<double>(bo);
-    if (env.want_mass()) {
+    if (mv.output) {
+      o.mass = mv.output[0];  // the indicator channel of the output: the needle's share
+    } else if (env.want_mass()) {
       mv.model.softmax(mv.buffers, b, false, std::max(bt, bo));
       o.mass = mv.model.span_mass(mv.buffers, p, p + span());
     }

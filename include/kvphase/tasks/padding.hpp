@@ -132,14 +132,21 @@ inline void padding_config::run(trial_env& env, state& w, trial_outcome& oc, tri
   const double sb = detail::dot_d(w.q.data(), w.kappa_b.data(), d);
   sim::normal_state st = gen.state();
   const index_t a0 = L + offset_a, b0 = L + offset_b;
-  w.planted.assign({{a0, span_a, w.kappa.data(), 1.0f, static_cast<float>(sa)},
-                    {b0, span_b, w.kappa_b.data(), 1.0f, static_cast<float>(sb)}});
-  env.score(st, N, w.q.data(), qn, w.planted);
+  static constexpr float val_a[2] = {1.0f, 0.0f}, val_b[2] = {0.0f, 1.0f};  // general path: A and B channels
+  w.planted.assign({{a0, span_a, w.kappa.data(), 1.0f, static_cast<float>(sa), val_a},
+                    {b0, span_b, w.kappa_b.data(), 1.0f, static_cast<float>(sb), val_b}});
+  env.score(st, N, w.q.data(), qn, w.planted, 2, beta());
   const float b = static_cast<float>(beta());
   auto readout = [&](model_view mv) {
-    mv.model.softmax(mv.buffers, b);
-    const double ma = mv.model.span_mass(mv.buffers, a0, a0 + span_a);
-    const double mb = mv.model.span_mass(mv.buffers, b0, b0 + span_b);
+    double ma, mb;
+    if (mv.output) {
+      ma = mv.output[0];
+      mb = mv.output[1];
+    } else {
+      mv.model.softmax(mv.buffers, b);
+      ma = mv.model.span_mass(mv.buffers, a0, a0 + span_a);
+      mb = mv.model.span_mass(mv.buffers, b0, b0 + span_b);
+    }
     trial_outcome o;
     o.hit = ma > mb;
     o.margin = ma - mb;

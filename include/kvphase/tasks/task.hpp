@@ -29,7 +29,8 @@
 ///  2. it calls env.score(...) with the query and the spans it plants (planted_span): the engine
 ///     draws the noise of the N context tokens, writes the spans over it and scores both models;
 ///  3. it reads the outcome from env.compressed() and env.full() (sim::linear_model readouts:
-///     best_scores, softmax, token_mass, span_mass).
+///     best_scores, softmax, token_mass, span_mass; on the general path the attention output
+///     model_view::output and model_view::best_scores over the attended items).
 /// Task fields may be bool, integers, double, std::string and vectors of double or index_t.
 
 #include <cmath>
@@ -82,12 +83,31 @@ struct planted_span {
   index_t first = 0, count = 0;
   const float* v = nullptr;
   float coef = 1.0f, score = 0.0f;
+  const float* val = nullptr;  ///< general path: the value payload of these tokens (value_dim floats; null: 0)
+};
+
+/// The general path's attended items of a model (sim/general_model.hpp implements it).
+class item_scores {
+ public:
+  virtual ~item_scores() = default;
+  /// Best attended item meeting tokens [a, b) and best other one.
+  virtual void best(index_t a, index_t b, float& target, float& other) const = 0;
 };
 
 /// One model's scored items in a trial: its geometry and value weights, and its buffers.
+/// On the general path also the attention output (value_dim floats: the task's payload
+/// channels of o = Σ softmax · pooled V) and the attended items; readouts use them when set.
 struct model_view {
   const sim::linear_model& model;
   sim::linear_buffers& buffers;
+  const float* output = nullptr;       ///< general path: the attention output, else null
+  const item_scores* items = nullptr;  ///< general path: the attended items, else null
+  /// Best item meeting [a, b) and best other one: the attended items on the general path,
+  /// else model.best_scores on the buffers.
+  void best_scores(index_t a, index_t b, float& target, float& other) const {
+    if (items) items->best(a, b, target, other);
+    else model.best_scores(buffers, a, b, target, other);
+  }
 };
 
 /// The engine side of a trial (implemented by sim::trial_runner).
@@ -111,8 +131,11 @@ class trial_env {
   /// next call.
   virtual float* identities(sim::normal_state& st, const float* q, double qn, index_t n) = 0;
   /// Draws the noise of the N context tokens from st, writes `spans` over it and scores both
-  /// models for the query q (|q| = qn).
-  virtual void score(sim::normal_state& st, index_t N, const float* q, double qn, std::span<const planted_span> spans) = 0;
+  /// models for the query q (|q| = qn). General path: the spans' value payloads (value_dim
+  /// floats each, planted_span::val) are the tokens' values and the attention runs with logit
+  /// scale `beta`; the linear engines ignore both.
+  virtual void score(sim::normal_state& st, index_t N, const float* q, double qn, std::span<const planted_span> spans,
+                     index_t value_dim = 1, double beta = 0.0) = 0;
   virtual model_view compressed() = 0;
   virtual model_view full() = 0;
 };
