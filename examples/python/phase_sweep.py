@@ -31,7 +31,7 @@ def main():
     # 1. operators: a preset, and a custom spec from keyword arguments (the C++ field names)
     csa = kvphase.preset("v4_csa")
     print("preset:", csa)
-    gated = kvphase.operator_spec(window=4, stride=4, pool="slot_gate", slot_bias=[3.0, 0, 0, 0], name="gated")
+    gated = kvphase.operator_spec(window=4, stride=4, pool="slot_gate", slot_bias=[1.0, 0, 0, 0], name="gated")
 
     # 2. compress a tensor: float32, tokens x channels, read in place
     keys = np.random.default_rng(0).standard_normal((1024, 64), dtype=np.float32)
@@ -70,7 +70,7 @@ def main():
     ax.set_xlabel("phase of the needle (position mod 4)")
     ax.set_ylabel("recall")
     ax.set_xticks(phases)
-    ax.set_title("slot gate b = (3, 0, 0, 0): phase 0 is favoured")
+    ax.set_title("slot gate b = (1, 0, 0, 0): phase 0 is favoured")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
