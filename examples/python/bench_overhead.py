@@ -29,16 +29,19 @@ import kvphase
 
 
 def compress_python_us(calls=20000, repeats=15):
+    """(Python call, the same C++ call timed inside this process), interleaved so that both see
+    the same machine load: medians in microseconds."""
     spec = kvphase.operator_spec(window=8, stride=4, pool="mean")
     x = (np.arange(128, dtype=np.float32) % 7 - 3).reshape(16, 8)
     f = kvphase.compress
-    med = []
+    py, cpp = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(calls):
             f(spec, x)
-        med.append((time.perf_counter() - t0) / calls)
-    return statistics.median(med) * 1e6
+        py.append((time.perf_counter() - t0) / calls)
+        cpp.append(kvphase._kvphase._time_compress(spec, x, calls, 1))
+    return statistics.median(py) * 1e6, statistics.median(cpp) * 1e6
 
 
 def compress_cpp_us(bench):
@@ -55,20 +58,23 @@ SWEEP_FLAGS = ["--preset", "gated", "--gate-bias", "3,0,0,0", "--context", "8192
 
 
 def sweep_rates(cli, runs=3):
+    """Median trials/s of the program, of kvphase.sweep (blocks of 0.5 s) and of kvphase.sweep
+    with one block (block_seconds=0), runs interleaved."""
     groups = 4
     total = SWEEP["trials"] * groups
-    py, c = [], []
+    py, one, c = [], [], []
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cli.csv")
         for _ in range(runs):
             t0 = time.perf_counter()
             subprocess.run([cli, *SWEEP_FLAGS, "--out", out], check=True)
             c.append(total / (time.perf_counter() - t0))
-            t0 = time.perf_counter()
-            r = kvphase.sweep(**SWEEP)
-            r.to_csv()
-            py.append(total / (time.perf_counter() - t0))
-    return statistics.median(py), statistics.median(c)
+            for blocks, rates in ((0.5, py), (0, one)):
+                t0 = time.perf_counter()
+                r = kvphase.sweep(block_seconds=blocks, **SWEEP)
+                r.to_csv()
+                rates.append(total / (time.perf_counter() - t0))
+    return statistics.median(py), statistics.median(one), statistics.median(c)
 
 
 def main():
@@ -79,17 +85,19 @@ def main():
     bench = os.path.join(a.build, "benchmarks", "bench_compress")
     cli = os.path.join(a.build, "examples", "kvphase-sweep")
     print(f"kvphase {kvphase.__version__} ({kvphase.compiled_isa}), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    py_us = compress_python_us()
+    py_us, inproc_us = compress_python_us()
+    print(f"compress 16x8 float32: Python {py_us:.3f} us/call, the C++ call in the same process "
+          f"{inproc_us:.3f} us/call, overhead {py_us - inproc_us:.3f} us")
     if os.access(bench, os.X_OK):
         cpp_us, roof = compress_cpp_us(bench)
-        print(f"compress 16x8 float32: C++ {cpp_us:.3f} us/call (roofline_frac {roof:.3f}), "
-              f"Python {py_us:.3f} us/call, overhead {py_us - cpp_us:.3f} us")
+        print(f"  bench_compress BM_compress_call_16x8: {cpp_us:.3f} us/call (roofline_frac {roof:.3f}); "
+              f"Python - bench row {py_us - cpp_us:.3f} us")
     else:
-        print(f"compress 16x8 float32: Python {py_us:.3f} us/call ({bench} not built)")
+        print(f"  ({bench} not built)")
     if os.access(cli, os.X_OK):
-        py, c = sweep_rates(cli, a.runs)
-        print(f"sweep ({' '.join(SWEEP_FLAGS[:-1])}): kvphase-sweep {c:,.0f} trials/s, "
-              f"kvphase.sweep {py:,.0f} trials/s, ratio {py / c:.3f}")
+        py, one, c = sweep_rates(cli, a.runs)
+        print(f"sweep ({' '.join(SWEEP_FLAGS[:-1])}): kvphase-sweep {c:,.0f} trials/s; kvphase.sweep "
+              f"{py:,.0f} trials/s (ratio {py / c:.3f}), one block {one:,.0f} trials/s (ratio {one / c:.3f})")
     else:
         print(f"sweep: {cli} not built")
     return 0

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import shlex as _shlex
 
-import numpy as _np
-
 from . import _kvphase as _k
 from ._kvphase import (  # noqa: F401  (re-exported API)
     OperatorSpec,
@@ -316,6 +314,8 @@ class SweepResult:
 
     @property
     def recall(self):
+        import numpy as _np
+
         return {m: _np.divide(self.hits[m], _np.maximum(self.trials[m], 1), dtype=float) for m in self.trials}
 
     @property
@@ -385,15 +385,15 @@ class SweepResult:
                 f"seconds={self.seconds:.3g})")
 
 
-def sweep(op=None, *, theory=False, progress=None, config=None, **kwargs) -> SweepResult:
+def sweep(op=None, *, theory=False, progress=None, config=None, block_seconds=0.5, **kwargs) -> SweepResult:
     """Runs a phase sweep (sim::run_sweep) with ``kvphase-sweep``'s parameters as keyword
     arguments (see :func:`sweep_config`), or a full config dict (``config=``, sweep_config's field
     list). ``theory=True`` adds the theory column (an error when not covered, as ``--theory``).
     ``progress``: optional callable receiving the done fraction between blocks.
 
     The GIL is released while trials run; Ctrl-C (KeyboardInterrupt) is honoured between blocks of
-    trials (about 0.2 s each). The counts are those of the one-shot C++ run: blocks are shards of
-    the trials, which partition them exactly.
+    trials (about ``block_seconds`` each; 0: one block, not interruptible). The counts are those
+    of the one-shot C++ run: blocks are shards of the trials, which partition them exactly.
     """
     if config is not None:
         if kwargs or op is not None:
@@ -408,7 +408,7 @@ def sweep(op=None, *, theory=False, progress=None, config=None, **kwargs) -> Swe
     extra = {"program": "kvphase (python)", "preset": preset_name}
     argv = ["kvphase.sweep"] + [f"{k}={v!r}" for k, v in kwargs.items()] + (["theory=True"] if theory else [])
     argv = [_shlex.quote(a) for a in argv]
-    return SweepResult(_k._sweep(cfg, extra, argv, bool(theory), progress))
+    return SweepResult(_k._sweep(cfg, extra, argv, bool(theory), progress, block_seconds))
 
 
 def theory(op=None, *, config=None, **kwargs) -> dict:
@@ -433,6 +433,8 @@ def analyze(positions, correct, stride, modulus=None, origin=0, confidence=0.95,
     Unpaired design: each trial counts once. Paired and shifted designs (the same prompts at
     shifted phases) belong to stats/paired.hpp's tests; see :func:`paired_test`.
     """
+    import numpy as _np  # imported on use: `import kvphase` itself needs no NumPy
+
     pos = _np.asarray(positions)
     ok = _np.asarray(correct)
     if pos.ndim != 1 or not _np.issubdtype(pos.dtype, _np.integer):

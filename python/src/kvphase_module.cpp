@@ -113,14 +113,19 @@ py::object from_json(const nlohmann::json& j) { return from_json(json::parse(j.d
 
 std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
+/// NumPy type number of an array (NPY_FLOAT, NPY_DOUBLE, ...).
+int type_num(const py::array& a) { return a.dtype().num(); }
+constexpr int npy_float = py::detail::npy_api::NPY_FLOAT_;
+constexpr int npy_double = py::detail::npy_api::NPY_DOUBLE_;
+
 /// The array argument `name` as a 2-D C-contiguous float32 or float64 array (never copied).
 py::array require_matrix(py::handle h, const char* name) {
   if (!py::isinstance<py::array>(h))
     throw py::type_error(std::string(name) + ": expected a numpy.ndarray of float32 or float64, got " +
                          py::str(py::type::of(h).attr("__name__")).cast<std::string>());
   auto a = py::reinterpret_borrow<py::array>(h);
-  if (!a.dtype().is(py::dtype::of<float>()) && !a.dtype().is(py::dtype::of<double>()) &&
-      !(a.dtype().equal(py::dtype::of<float>()) || a.dtype().equal(py::dtype::of<double>())))
+  const int t = type_num(a);
+  if (t != npy_float && t != npy_double)
     throw py::type_error(std::string(name) + ": dtype must be float32 or float64, got " + dtype_name(a));
   if (a.ndim() != 2)
     throw py::value_error(std::string(name) + ": must be 2-D (tokens x channels), got " + std::to_string(a.ndim()) +
@@ -129,7 +134,7 @@ py::array require_matrix(py::handle h, const char* name) {
     throw py::value_error(std::string(name) + ": must be C-contiguous (numpy.ascontiguousarray makes a copy)");
   return a;
 }
-bool is_f32(const py::array& a) { return a.dtype().equal(py::dtype::of<float>()); }
+bool is_f32(const py::array& a) { return type_num(a) == npy_float; }
 
 template <class Real>
 kvphase::matrix_view<Real> view_of(const py::array& a) {
@@ -411,14 +416,15 @@ py::array scores_py(py::handle q_obj, py::handle k_obj, double scale) {
 /// The sweep of c in blocks of trials (GIL released inside a block, signals checked between
 /// blocks). A block is a dyadic refinement of c's shard: shard (i·2^k + j)/(n·2^k) for the
 /// shard i/n, so the blocks partition c's trials exactly and the summed counts are those of one
-/// run_sweep(c) (sim/shard.hpp). Blocks grow to about 0.2 s each.
-sim::sweep_result run_sweep_blocked(sim::sweep_config c, const py::object& progress) {
+/// run_sweep(c) (sim/shard.hpp). Blocks grow to about `block_seconds` each (0: one block, i.e.
+/// one run_sweep, and no interruption).
+sim::sweep_result run_sweep_blocked(sim::sweep_config c, const py::object& progress, double block_seconds) {
   c.validate();
   const sim::shard_spec user = c.shard;
   const auto [lo, hi] = user.range(c.trials);
   const index_t per = hi - lo;
   int L = 0;  // 2^L units of at least ~8 trials each
-  while (L < 12 && (user.count << (L + 1)) <= (index_t(1) << 20) && (index_t(1) << (L + 1)) * 8 <= per) ++L;
+  while (block_seconds > 0 && L < 20 && (user.count << (L + 1)) <= (index_t(1) << 20) && (index_t(1) << (L + 1)) * 8 <= per) ++L;
   const index_t units = index_t(1) << L;
   sim::sweep_result acc;
   const auto t0 = std::chrono::steady_clock::now();
@@ -445,7 +451,7 @@ sim::sweep_result run_sweep_blocked(sim::sweep_config c, const py::object& progr
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (!progress.is_none()) progress(static_cast<double>(pos) / static_cast<double>(units));
     const double secs = std::max(r.seconds, 1e-6);
-    const double next = static_cast<double>(m) * 0.2 / secs;
+    const double next = static_cast<double>(m) * block_seconds / secs;
     want = 1;
     while (want * 2 <= next && want * 2 <= units) want *= 2;
   }
@@ -558,11 +564,13 @@ struct sweep_handle {
 };
 
 std::shared_ptr<sweep_handle> sweep_py(const py::dict& config, const py::dict& extra, const std::vector<std::string>& argv,
-                                       bool theory, const py::object& progress) {
+                                       bool theory, const py::object& progress, double block_seconds) {
+  kvphase::require(std::isfinite(block_seconds) && block_seconds >= 0, "block_seconds", block_seconds,
+                   "must be finite and >= 0 (0: one block, not interruptible)");
   const auto c = config_from_json(to_json(config, "config"));
   if (theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
   auto h = std::make_shared<sweep_handle>();
-  h->result = run_sweep_blocked(c, progress);
+  h->result = run_sweep_blocked(c, progress, block_seconds);
   std::vector<const char*> args;
   for (const auto& a : argv) args.push_back(a.c_str());
   h->out = sim::to_output(h->result, {.extra_config = nlohmann::json::parse(to_json(extra, "extra").dump()),
@@ -733,7 +741,27 @@ PYBIND11_MODULE(_kvphase, m) {
       })
       .def("text", &sweep_handle::text, py::arg("format"));
   m.def("_sweep", &sweep_py, py::arg("config"), py::arg("extra"), py::arg("argv"), py::arg("theory"),
-        py::arg("progress") = py::none());
+        py::arg("progress") = py::none(), py::arg("block_seconds") = 0.5);
+  // the C++ call of compress() timed in this process (examples/python/bench_overhead.py puts it
+  // beside the Python call, under the same machine load): median seconds per call over `repeats`
+  // loops of `calls` calls
+  m.def("_time_compress", [](const compress::operator_spec& spec, py::handle x_obj, int calls, int repeats) {
+    const py::array x = require_matrix(x_obj, "x");
+    kvphase::require(is_f32(x), "x", dtype_name(x), "the timing loop takes float32");
+    const auto xv = view_of<float>(x);
+    const compress::pool_params<float> none;
+    std::vector<double> t;
+    for (int r = 0; r < repeats; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) {
+        auto out = compress::compress<float>(spec, none, xv);
+        asm volatile("" : : "g"(out.data()) : "memory");
+      }
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  });
   m.def("_theory", [](const py::dict& config) {
     const auto c = config_from_json(to_json(config, "config"));
     const auto t = kvphase::theory::predict_sweep_column(c);
