@@ -385,15 +385,15 @@ class SweepResult:
                 f"seconds={self.seconds:.3g})")
 
 
-def sweep(op=None, *, theory=False, progress=None, config=None, block_seconds=0.5, **kwargs) -> SweepResult:
+def sweep(op=None, *, theory=False, progress=None, config=None, check_seconds=0.1, **kwargs) -> SweepResult:
     """Runs a phase sweep (sim::run_sweep) with ``kvphase-sweep``'s parameters as keyword
     arguments (see :func:`sweep_config`), or a full config dict (``config=``, sweep_config's field
     list). ``theory=True`` adds the theory column (an error when not covered, as ``--theory``).
-    ``progress``: optional callable receiving the done fraction between blocks.
+    ``progress``: optional callable receiving the done fraction (0 ... 1).
 
-    The GIL is released while trials run; Ctrl-C (KeyboardInterrupt) is honoured between blocks of
-    trials (about ``block_seconds`` each; 0: one block, not interruptible). The counts are those
-    of the one-shot C++ run: blocks are shards of the trials, which partition them exactly.
+    The trials run in one C++ run_sweep with the GIL released. About every ``check_seconds`` the
+    calling thread checks for signals and calls ``progress``: Ctrl-C raises KeyboardInterrupt
+    there (the trials not yet started are skipped), as does an exception of ``progress``.
     """
     if config is not None:
         if kwargs or op is not None:
@@ -408,7 +408,7 @@ def sweep(op=None, *, theory=False, progress=None, config=None, block_seconds=0.
     extra = {"program": "kvphase (python)", "preset": preset_name}
     argv = ["kvphase.sweep"] + [f"{k}={v!r}" for k, v in kwargs.items()] + (["theory=True"] if theory else [])
     argv = [_shlex.quote(a) for a in argv]
-    return SweepResult(_k._sweep(cfg, extra, argv, bool(theory), progress, block_seconds))
+    return SweepResult(_k._sweep(cfg, extra, argv, bool(theory), progress, check_seconds))
 
 
 def theory(op=None, *, config=None, **kwargs) -> dict:

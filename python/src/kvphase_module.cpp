@@ -413,51 +413,38 @@ py::array scores_py(py::handle q_obj, py::handle k_obj, double scale) {
 
 // ---- sweeps -------------------------------------------------------------------------------------
 
-/// The sweep of c in blocks of trials (GIL released inside a block, signals checked between
-/// blocks). A block is a dyadic refinement of c's shard: shard (i·2^k + j)/(n·2^k) for the
-/// shard i/n, so the blocks partition c's trials exactly and the summed counts are those of one
-/// run_sweep(c) (sim/shard.hpp). Blocks grow to about `block_seconds` each (0: one block, i.e.
-/// one run_sweep, and no interruption).
-sim::sweep_result run_sweep_blocked(sim::sweep_config c, const py::object& progress, double block_seconds) {
-  c.validate();
-  const sim::shard_spec user = c.shard;
-  const auto [lo, hi] = user.range(c.trials);
-  const index_t per = hi - lo;
-  int L = 0;  // 2^L units of at least ~8 trials each
-  while (block_seconds > 0 && L < 20 && (user.count << (L + 1)) <= (index_t(1) << 20) && (index_t(1) << (L + 1)) * 8 <= per) ++L;
-  const index_t units = index_t(1) << L;
-  sim::sweep_result acc;
-  const auto t0 = std::chrono::steady_clock::now();
-  index_t pos = 0, want = 1;
-  while (pos < units) {
-    index_t m = 1;
-    while (m * 2 <= want && pos % (m * 2) == 0 && pos + m * 2 <= units) m *= 2;
-    const index_t scale = units / m;
-    c.shard = {user.index * scale + pos / m, user.count * scale};
-    sim::sweep_result r;
-    {
-      py::gil_scoped_release release;
-      r = sim::run_sweep(c);
+/// The sweep of c: one sim::run_sweep with the GIL released. About every `check_seconds` the
+/// calling thread (one of the sweep's threads) takes the GIL, calls `progress(fraction)` if given
+/// and checks for signals; a pending KeyboardInterrupt (or an exception of `progress`) cancels the
+/// sweep (sweep_progress::cancel: the trials not yet started are skipped) and is raised here.
+sim::sweep_result run_sweep_interruptible(const sim::sweep_config& c, const py::object& progress, double check_seconds) {
+  std::optional<py::error_already_set> pending;
+  std::int64_t done = 0, total = 1;
+  sim::sweep_progress sp;
+  sp.interval = check_seconds;
+  sp.report = [&](std::int64_t d, std::int64_t t) {
+    done = d;
+    total = std::max<std::int64_t>(t, 1);
+  };
+  sp.cancel = [&]() -> bool {
+    py::gil_scoped_acquire gil;
+    if (pending) return true;
+    try {
+      if (!progress.is_none()) progress(static_cast<double>(done) / static_cast<double>(total));
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    } catch (py::error_already_set& e) {
+      pending.emplace(std::move(e));
+      return true;
     }
-    if (pos == 0) {
-      acc = std::move(r);
-    } else {
-      for (std::size_t g = 0; g < acc.compressed.size(); ++g) {
-        acc.compressed[g] += r.compressed[g];
-        acc.full[g] += r.full[g];
-      }
-    }
-    pos += m;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (!progress.is_none()) progress(static_cast<double>(pos) / static_cast<double>(units));
-    const double secs = std::max(r.seconds, 1e-6);
-    const double next = static_cast<double>(m) * block_seconds / secs;
-    want = 1;
-    while (want * 2 <= next && want * 2 <= units) want *= 2;
+    return false;
+  };
+  try {
+    py::gil_scoped_release release;
+    return sim::run_sweep(c, sp);
+  } catch (const sim::sweep_cancelled&) {
+    if (pending) throw std::move(*pending);
+    throw;
   }
-  acc.config.shard = user;
-  acc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return acc;
 }
 
 sim::sweep_config config_from_json(const json& j) {
@@ -564,13 +551,14 @@ struct sweep_handle {
 };
 
 std::shared_ptr<sweep_handle> sweep_py(const py::dict& config, const py::dict& extra, const std::vector<std::string>& argv,
-                                       bool theory, const py::object& progress, double block_seconds) {
-  kvphase::require(std::isfinite(block_seconds) && block_seconds >= 0, "block_seconds", block_seconds,
-                   "must be finite and >= 0 (0: one block, not interruptible)");
+                                       bool theory, const py::object& progress, double check_seconds) {
+  kvphase::require(std::isfinite(check_seconds) && check_seconds > 0 && check_seconds <= 3600, "check_seconds",
+                   check_seconds, "must be in (0, 3600]");
   const auto c = config_from_json(to_json(config, "config"));
   if (theory) (void)sim::theory_or_throw(c);  // before the run: fail fast when not covered
   auto h = std::make_shared<sweep_handle>();
-  h->result = run_sweep_blocked(c, progress, block_seconds);
+  h->result = run_sweep_interruptible(c, progress, check_seconds);
+  if (!progress.is_none()) progress(1.0);
   std::vector<const char*> args;
   for (const auto& a : argv) args.push_back(a.c_str());
   h->out = sim::to_output(h->result, {.extra_config = nlohmann::json::parse(to_json(extra, "extra").dump()),
@@ -741,7 +729,7 @@ PYBIND11_MODULE(_kvphase, m) {
       })
       .def("text", &sweep_handle::text, py::arg("format"));
   m.def("_sweep", &sweep_py, py::arg("config"), py::arg("extra"), py::arg("argv"), py::arg("theory"),
-        py::arg("progress") = py::none(), py::arg("block_seconds") = 0.5);
+        py::arg("progress") = py::none(), py::arg("check_seconds") = 0.1);
   // the C++ call of compress() timed in this process (examples/python/bench_overhead.py puts it
   // beside the Python call, under the same machine load): median seconds per call over `repeats`
   // loops of `calls` calls

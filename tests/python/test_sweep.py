@@ -1,5 +1,5 @@
 # Sweeps from Python: the same bytes as the kvphase-sweep program (provenance aside), the
-# statistics and theory of the result, errors, and Ctrl-C between blocks of trials.
+# statistics and theory of the result, errors, progress and Ctrl-C.
 import json
 import os
 import signal
@@ -125,18 +125,24 @@ def test_result_arrays_statistics_and_provenance():
     assert "# format: kvphase-sweep/1\n" in r.to_csv()
 
 
-def test_blocks_partition_the_trials_exactly():
-    # a sweep in many blocks has the counts of one run_sweep, and of its shards summed
+def test_progress_and_shards():
+    # progress reports the done fraction; shards partition the trials (the counts add up)
     kw = dict(preset="mean", stride=4, context=256, trials=2000, seed=9, threads=1)
-    blocks = []
-    whole = kvphase.sweep(block_seconds=0.001, progress=blocks.append, **kw)  # short blocks: many of them
-    assert len(blocks) >= 4 and blocks[-1] == 1.0
-    one = kvphase.sweep(block_seconds=0, **kw)       # one run_sweep
-    assert one.to_csv().split("# format:")[1] == whole.to_csv().split("# format:")[1]
+    seen = []
+    whole = kvphase.sweep(progress=seen.append, check_seconds=0.001, **kw)
+    assert seen and seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen) and seen == sorted(seen)
     parts = [kvphase.sweep(shard=f"{i}/3", **kw) for i in range(3)]
     for m in ("compressed", "full"):
         np.testing.assert_array_equal(whole.hits[m], sum(p.hits[m] for p in parts))
         np.testing.assert_array_equal(whole.trials[m], sum(p.trials[m] for p in parts))
+
+
+def test_an_exception_in_progress_stops_the_sweep():
+    def boom(fraction):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        kvphase.sweep(preset="mean", stride=4, context=8192, trials=10**9, threads=2, progress=boom)
 
 
 def test_theory_per_phase_predictions_and_coverage():
@@ -195,7 +201,7 @@ def test_ctrl_c_interrupts_a_long_sweep():
     finally:
         p.kill()
     assert p.returncode == 3 and "interrupted" in out
-    assert time.monotonic() - t0 < 10  # blocks of about 0.5 s (generous on a loaded machine)
+    assert time.monotonic() - t0 < 10  # signals checked every 0.1 s (generous on a loaded machine)
 
 
 def test_analyze_external_results():

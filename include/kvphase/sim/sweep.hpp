@@ -160,7 +160,8 @@ class trial_runner final : public tasks::trial_env {
   std::optional<normal_generator> gen_;
 };
 
-/// Runs the sweep of `c` (its shard only). Throws kvphase::error on an invalid config.
+/// Runs the sweep of `c` (its shard only). Throws kvphase::error on an invalid config, and
+/// sweep_cancelled when progress.cancel returned true.
 inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progress = {}) {
   c.validate();
   const auto t0 = std::chrono::steady_clock::now();
@@ -175,10 +176,12 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
   r.compressed.assign(static_cast<std::size_t>(M), {});
   r.full.assign(static_cast<std::size_t>(M), {});
   std::atomic<std::int64_t> done{0};
+  std::atomic<bool> stop{false};
   const int nthreads = parallel::thread_count(c.threads);
   parallel::for_each_index(
       total, nthreads,
       [&](auto& local, std::int64_t idx) {
+        if (stop.load(std::memory_order_relaxed)) return;  // cancelled: skip the rest
         const index_t g = static_cast<index_t>(idx / std::max<index_t>(per, 1));
         const index_t k = range.first + static_cast<index_t>(idx % std::max<index_t>(per, 1));
         tasks::trial_outcome oc, of;
@@ -203,8 +206,10 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
       },
       [&] {
         if (progress.report) progress.report(done.load(std::memory_order_relaxed), total);
+        if (progress.cancel && progress.cancel()) stop.store(true, std::memory_order_relaxed);
       },
       progress.interval);
+  if (stop.load()) throw sweep_cancelled();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
