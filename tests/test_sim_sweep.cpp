@@ -280,7 +280,7 @@ TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[
   }
 }
 
-TEST_CASE("sweep: progress.cancel stops the sweep; never cancelling changes nothing", "[sim][progress]") {
+TEST_CASE("sweep: progress.cancel stops the sweep, and never cancelling changes nothing", "[sim][progress]") {
   auto c = kvphase::test::small_sweep("needle", sim::engine_kind::score);
   for (int threads : {1, 2}) {
     c.threads = threads;
