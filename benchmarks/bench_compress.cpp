@@ -134,6 +134,28 @@ void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n
   st.SetLabel(kvphase::bench::isa_name());
 }
 
+// One small allocating call, as kvphase.compress makes it from Python (16 tokens x 8 channels,
+// W = 8, S = 4 mean): examples/python/bench_overhead.py times the Python call beside this row.
+// roofline_frac as above (reading 512 bytes once: latency, not bandwidth, bound).
+void BM_compress_call_16x8(benchmark::State& st) {
+  const kc::operator_spec s{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean};
+  kvphase::matrix_t<float> x(16, 8);
+  for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(i % 7) - 3.0f;
+  const kvphase::matrix_view<float> xv(x.data(), 16, 8);
+  const kc::pool_params<float> none;
+  std::vector<double> times;
+  for (auto _ : st) {
+    const auto t0 = kvphase::bench::clock_type::now();
+    auto out = kc::compress<float>(s, none, xv);
+    benchmark::DoNotOptimize(out.data());
+    times.push_back(std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count());
+  }
+  const double med = kvphase::bench::median(times);
+  st.counters["median_us"] = med * 1e6;
+  st.counters["roofline_frac"] = kvphase::bench::read_seconds(x.data(), 128, 1) / med;
+  st.SetLabel(kvphase::bench::isa_name());
+}
+
 constexpr index_t n_full = 131072;
 constexpr index_t n_smoke = 4096;
 
@@ -225,6 +247,7 @@ KV_COLD(BM_compress_mean_w4s4_cold);
 KV_COLD(BM_compress_gated_w8s4_cold_interleave4);
 KV_COLD(BM_compress_mean_w4s4_cold_interleave4);
 KV_COLD(BM_plain_loop_gated_w8s4_cold);
+BENCHMARK(BM_compress_call_16x8)->Unit(benchmark::kMicrosecond);
 KV_SMOKE(BM_smoke_compress_gated);
 KV_SMOKE(BM_smoke_compress_mean);
 KV_SMOKE(BM_smoke_plain_loop);

@@ -18,6 +18,7 @@ packages=(
   libeigen3-dev libxsimd-dev xtl-dev libboost-dev libboost-math-dev
   catch2 libbenchmark-dev librandom123-dev libcli11-dev nlohmann-json3-dev
   libomp-dev python3 python3-matplotlib python3-numpy time
+  python3-dev pybind11-dev python3-pybind11 python3-pytest
   clang libclang-rt-14-dev
   slurm-wlm munge openmpi-bin
 )

@@ -891,3 +891,51 @@ TEST_CASE("make_params: counter-based, per head, right shapes", "[compress][pool
   REQUIRE_THROWS_WITH(kc::make_params<float>(kc::operator_spec{.pool = kc::pool_kind::mean}, 8, {.project_payload = true}),
                       Contains("init.project_payload"));
 }
+
+// The C++ results tests/python compares kvphase.compress with (same inputs, same bits): with
+// KVPHASE_COMPRESS_REF_DIR set, one line per case in <dir>/cases.txt (name dtype N d params_seed
+// E c) and the raw row-major input <name>.x and output <name>.out; without it (as under ctest)
+// the cases only run and are checked for their shapes.
+namespace {
+template <class Real>
+void write_reference_case(const char* dir, std::FILE* manifest, const char* name, const kc::operator_spec& spec,
+                          index_t N, index_t d, long long params_seed) {
+  matrix_t<Real> x(N, d);
+  kvphase::rng::philox_stream s(7, kvphase::rng::hash_text(name));
+  for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<Real>(s.normal());
+  const auto p = params_seed >= 0 ? kc::make_preset_params<Real>(spec, d, static_cast<std::uint64_t>(params_seed))
+                                  : kc::pool_params<Real>{};
+  const matrix_t<Real> out = kc::compress<Real>(spec, p, x);
+  CHECK(out.rows() == spec.grid.num_entries(N));
+  if (!dir) return;
+  auto dump = [&](const std::string& path, const matrix_t<Real>& m) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(m.data(), sizeof(Real), static_cast<std::size_t>(m.size()), f) == static_cast<std::size_t>(m.size()));
+    std::fclose(f);
+  };
+  dump(std::string(dir) + "/" + name + ".x", x);
+  dump(std::string(dir) + "/" + name + ".out", out);
+  std::fprintf(manifest, "%s %s %td %td %lld %td %td\n", name, sizeof(Real) == 4 ? "float32" : "float64", N, d,
+               params_seed, static_cast<index_t>(out.rows()), static_cast<index_t>(out.cols()));
+}
+}  // namespace
+
+TEST_CASE("python reference: compress results for tests/python", "[compress][python_reference]") {
+  const char* dir = std::getenv("KVPHASE_COMPRESS_REF_DIR");
+  std::FILE* manifest = nullptr;
+  if (dir) {
+    manifest = std::fopen((std::string(dir) + "/cases.txt").c_str(), "w");
+    REQUIRE(manifest != nullptr);
+  }
+  const kc::operator_spec mean84{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean, .name = "mean84"};
+  write_reference_case<float>(dir, manifest, "mean84", mean84, 16, 8, -1);
+  write_reference_case<double>(dir, manifest, "mean84_f64", mean84, 37, 5, -1);
+  write_reference_case<float>(dir, manifest, "v4_csa", kc::v4_csa(), 67, 64, 3);
+  write_reference_case<float>(dir, manifest, "v4_hca", kc::v4_hca(), 300, 64, 4);
+  write_reference_case<double>(dir, manifest, "v41", kc::v41(), 33, 64, 5);
+  write_reference_case<float>(dir, manifest, "nsa", kc::nsa(), 100, 16, 6);
+  write_reference_case<double>(dir, manifest, "paper_ref", kc::paper_ref(), 64, 16, 7);
+  write_reference_case<float>(dir, manifest, "full", kc::full(), 16, 8, -1);
+  if (manifest) std::fclose(manifest);
+}

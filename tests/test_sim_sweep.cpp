@@ -281,6 +281,25 @@ TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[
   }
 }
 
+TEST_CASE("sweep: progress.cancel stops the sweep, and never cancelling changes nothing", "[sim][progress]") {
+  auto c = kvphase::test::small_sweep("needle", sim::engine_kind::score);
+  for (int threads : {1, 2}) {
+    c.threads = threads;
+    const auto plain = sim::run_sweep(c);
+    int polls = 0;
+    sim::sweep_progress never{.report = {}, .interval = 0.0, .cancel = [&] { ++polls; return false; }};
+    const auto same = sim::run_sweep(c, never);
+    CHECK(same.compressed == plain.compressed);
+    CHECK(same.full == plain.full);
+    // polled by the calling thread after its own trials: with 2 threads it may (rarely) run none
+    if (threads == 1) {
+      CHECK(polls > 0);
+      sim::sweep_progress stop{.report = {}, .interval = 0.0, .cancel = [] { return true; }};
+      CHECK_THROWS_AS(sim::run_sweep(c, stop), sim::sweep_cancelled);
+    }
+  }
+}
+
 TEST_CASE("sweep: key-space and score-space engines agree per phase (5-sigma)", "[sim][engines]") {
   for (int variant = 0; variant < 2; ++variant) {
     sim::sweep_config c;

@@ -203,7 +203,8 @@ class trial_runner final : public tasks::trial_env {
   std::optional<normal_generator> gen_;
 };
 
-/// Runs the sweep of `c` (its shard only). Throws kvphase::error on an invalid config.
+/// Runs the sweep of `c` (its shard only). Throws kvphase::error on an invalid config, and
+/// sweep_cancelled when progress.cancel returned true.
 inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progress = {}) {
   c.validate();
   const auto t0 = std::chrono::steady_clock::now();
@@ -220,18 +221,28 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
   std::optional<paired_recorder> paired;
   if (c.design == design_kind::shifted) paired.emplace(M, range.first, per);
   std::atomic<std::int64_t> done{0};
+  std::atomic<bool> stop{false};
   const int nthreads = parallel::thread_count(c.threads);
+  // Work items of `chunk` consecutive trials (1 unless the sweep has more than 2^22 trials), so a
+  // cancelled sweep skips at most 2^22 items. The counts are order-free sums: any chunk gives the
+  // same bits.
+  const std::int64_t chunk = std::max<std::int64_t>(1, (total + (std::int64_t(1) << 22) - 1) >> 22);
+  const std::int64_t items = (total + chunk - 1) / chunk;
   parallel::for_each_index(
-      total, nthreads,
-      [&](auto& local, std::int64_t idx) {
-        const index_t g = static_cast<index_t>(idx / std::max<index_t>(per, 1));
-        const index_t k = range.first + static_cast<index_t>(idx % std::max<index_t>(per, 1));
-        tasks::trial_outcome oc, of;
-        local.runner.run(g, k, oc, of);
-        if (paired) paired->record(g, k, oc.hit, of.hit);
-        local.comp[static_cast<std::size_t>(g)].add(oc);
-        local.full[static_cast<std::size_t>(g)].add(of);
-        done.fetch_add(1, std::memory_order_relaxed);
+      items, nthreads,
+      [&](auto& local, std::int64_t item) {
+        const std::int64_t end = std::min(total, (item + 1) * chunk);
+        for (std::int64_t idx = item * chunk; idx < end; ++idx) {
+          if (stop.load(std::memory_order_relaxed)) return;  // cancelled: skip the rest
+          const index_t g = static_cast<index_t>(idx / std::max<index_t>(per, 1));
+          const index_t k = range.first + static_cast<index_t>(idx % std::max<index_t>(per, 1));
+          tasks::trial_outcome oc, of;
+          local.runner.run(g, k, oc, of);
+          if (paired) paired->record(g, k, oc.hit, of.hit);
+          local.comp[static_cast<std::size_t>(g)].add(oc);
+          local.full[static_cast<std::size_t>(g)].add(of);
+          done.fetch_add(1, std::memory_order_relaxed);
+        }
       },
       [&] {
         struct local_state {
@@ -249,8 +260,10 @@ inline sweep_result run_sweep(const sweep_config& c, const sweep_progress& progr
       },
       [&] {
         if (progress.report) progress.report(done.load(std::memory_order_relaxed), total);
+        if (progress.cancel && progress.cancel()) stop.store(true, std::memory_order_relaxed);
       },
       progress.interval);
+  if (stop.load()) throw sweep_cancelled();
   if (paired) {
     r.compressed_paired = paired->counts(paired->compressed);
     r.full_paired = paired->counts(paired->full);

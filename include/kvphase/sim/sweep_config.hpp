@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -244,9 +245,17 @@ struct sweep_result {
 };
 
 /// Called from the calling thread about every `interval` seconds with (trials done, total).
+/// `cancel`, polled at the same moments, stops the sweep when it returns true: the trials not yet
+/// started are skipped and run_sweep throws sweep_cancelled (e.g. the Python module's Ctrl-C).
 struct sweep_progress {
   std::function<void(std::int64_t, std::int64_t)> report;
   double interval = 0.5;
+  std::function<bool()> cancel;
+};
+
+/// Thrown by run_sweep when sweep_progress::cancel asked it to stop (no result).
+struct sweep_cancelled : std::runtime_error {
+  sweep_cancelled() : std::runtime_error("kvphase: sweep cancelled") {}
 };
 
 /// The task registered under `name` (needle, kv-pairs, padding, or any registered task) with its
