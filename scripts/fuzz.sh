@@ -13,7 +13,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 seconds="${1:-30}"
 runs="${KVPHASE_FUZZ_RUNS:-}"
-targets="${KVPHASE_FUZZ_TARGETS:-sweep_csv sweep_json provenance cli}"
+targets="${KVPHASE_FUZZ_TARGETS:-sweep_csv sweep_json provenance config_json cli}"
 if ! command -v clang++ > /dev/null; then
   echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2
   exit 2
