@@ -1,6 +1,7 @@
 // Guide example (docs/stats.md): intervals, uniformity, periodicity and the phase gap on the
 // counts of two seeds of the guide_sim sweep, pooled with aggregate_seeds.
 #include <kvphase/kvphase.hpp>
+#include <kvphase/stats.hpp>
 
 #include <cstdio>
 

@@ -1,6 +1,7 @@
 // Guide example (docs/theory.md): the theory's per-group prediction for the needle sweep of
 // examples/guide_sim.cpp, beside the sweep's measurement, plus a span-straddling count.
 #include <kvphase/kvphase.hpp>
+#include <kvphase/theory.hpp>
 
 #include <cstdio>
 

@@ -1,5 +1,6 @@
 // The README's code example (kept identical to it; built and run by ctest).
 #include <kvphase/kvphase.hpp>
+#include <kvphase/theory.hpp>  // theory:: (Boost.Math, kept out of the umbrella)
 #include <cstdio>
 
 int main() {

@@ -1,21 +1,24 @@
 #pragma once
-/// \file kvphase.hpp  Umbrella header: everything public in kvphase except io/ and train/.
+/// \file kvphase.hpp  Umbrella header: everything public in kvphase except stats/, theory/, io/ and train/.
 ///
 ///   core/      errors, size limits and checked arithmetic, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
 ///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
 ///   attention/ kernels, full / compressed / selected attention, multi-head, toy models
 ///   tasks/     needle, key-value pairs, padding flip
 ///   sim/       Gaussian generator, key-space and score-space sweep engines, shards
-///   stats/     binomial intervals, uniformity and periodicity tests, phase gap, seeds
-///   theory/    analytic per-phase recall (Gaussian, Gumbel, straddling, gates, heads, ...)
 ///
-/// Two areas have umbrellas of their own, because every translation unit that includes them
+/// Four areas have umbrellas of their own, because every translation unit that includes them
 /// pays for them at -O2 whether it calls them or not (docs/performance.md, "Compile cost"):
+///   <kvphase/stats.hpp>  binomial intervals, uniformity and periodicity tests, phase gap, seeds,
+///                        the per-model summary (Boost.Math)
+///   <kvphase/theory.hpp> analytic per-phase recall (Gaussian, Gumbel, straddling, gates, heads,
+///                        ...) and the theory column of a sweep (Boost.Math)
 ///   <kvphase/io.hpp>     CSV / JSON with provenance, the sweep output format, shard merging,
 ///                        config JSON, and sim/report.hpp (sweep result → output)
-///                        (nlohmann::json and the formatting code)
+///                        (nlohmann::json and the formatting code; includes stats and theory)
 ///   <kvphase/train.hpp>  trainable toy retrieval models, mitigations (Eigen products in double)
-/// Include them in the files that write or read outputs, or train.
+/// Include them in the files that compute statistics or predictions, write or read outputs, or
+/// train. <kvphase/kvphase.hpp> includes no Boost.Math and no nlohmann::json.
 #include "kvphase/version.hpp"
 
 #include "kvphase/core/checked.hpp"
@@ -54,13 +57,3 @@
 #include "kvphase/sim/sweep.hpp"
 #include "kvphase/sim/sweep_config.hpp"
 
-#include "kvphase/stats/aggregate.hpp"
-#include "kvphase/stats/bootstrap.hpp"
-#include "kvphase/stats/gap.hpp"
-#include "kvphase/stats/intervals.hpp"
-#include "kvphase/stats/periodicity.hpp"
-#include "kvphase/stats/summary.hpp"
-#include "kvphase/stats/uniformity.hpp"
-
-#include "kvphase/theory/sweep_column.hpp"
-#include "kvphase/theory/theory.hpp"

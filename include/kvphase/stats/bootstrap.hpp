@@ -42,18 +42,16 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/math/special_functions/erf.hpp>
-#include <boost/math/special_functions/gamma.hpp>
-
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
+#include "kvphase/core/special.hpp"
 
 namespace kvphase::stats {
 
 namespace detail {
 /// ln C(n, k) for 0 ≤ k ≤ n (thread-safe: Boost's lgamma, not the C library's).
 inline double log_choose(double n, double k) noexcept {
-  return boost::math::lgamma(n + 1.0) - boost::math::lgamma(k + 1.0) - boost::math::lgamma(n - k + 1.0);
+  return special::lgamma(n + 1.0) - special::lgamma(k + 1.0) - special::lgamma(n - k + 1.0);
 }
 
 /// Inversion from the mode outwards. pmf_mode = P(X = mode); ratio_up(x) = P(x+1)/P(x);
@@ -94,12 +92,12 @@ class log_factorials {
   explicit log_factorials(std::int64_t max_n = 0) {
     if (max_n >= 0 && max_n <= (std::int64_t{1} << 22)) {
       table_.resize(static_cast<std::size_t>(max_n) + 1);
-      for (std::size_t k = 0; k < table_.size(); ++k) table_[k] = boost::math::lgamma(static_cast<double>(k) + 1.0);
+      for (std::size_t k = 0; k < table_.size(); ++k) table_[k] = special::lgamma(static_cast<double>(k) + 1.0);
     }
   }
   [[nodiscard]] double operator()(std::int64_t k) const noexcept {
     if (k >= 0 && static_cast<std::size_t>(k) < table_.size()) return table_[static_cast<std::size_t>(k)];
-    return boost::math::lgamma(static_cast<double>(k) + 1.0);
+    return special::lgamma(static_cast<double>(k) + 1.0);
   }
 
  private:
@@ -253,9 +251,8 @@ inline std::int64_t hypergeometric_draw(std::int64_t population, std::int64_t su
   const long double skew =
       (N - 2.0L * K) * std::sqrt(N - 1.0L) * (N - 2.0L * n) / (std::sqrt(n * K * (N - K) * (N - n)) * (N - 2.0L));
   // u from a stream lies in [2^-54, 1 − 2^-54]; the clamp keeps any caller's u finite in z.
-  using no_throw = boost::math::policies::policy<boost::math::policies::overflow_error<boost::math::policies::ignore_error>>;
   const long double uc = std::clamp(static_cast<long double>(u), 0x1p-64L, 1.0L - 0x1p-64L);
-  const long double z = -std::numbers::sqrt2_v<long double> * boost::math::erfc_inv(2.0L * uc, no_throw{});
+  const long double z = -std::numbers::sqrt2_v<long double> * special::erfc_inv_no_throw(2.0L * uc);
   const long double x = std::round(mu + sd * (z + skew * (z * z - 1.0L) / 6.0L));
   return std::clamp(static_cast<std::int64_t>(std::clamp(x, static_cast<long double>(lo), static_cast<long double>(hi))),
                     lo, hi);

@@ -35,10 +35,8 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/math/distributions/beta.hpp>
-#include <boost/math/distributions/normal.hpp>
-
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/special.hpp"
 
 namespace kvphase::stats {
 
@@ -128,8 +126,7 @@ inline double recall(std::int64_t hits, std::int64_t trials) {
 /// Two-sided standard normal quantile z = Φ⁻¹(1 − (1 − confidence)/2).
 inline double two_sided_z(double confidence) {
   require_confidence(confidence);
-  const boost::math::normal_distribution<double> nd;
-  return boost::math::quantile(boost::math::complement(nd, (1.0 - confidence) / 2.0));
+  return special::normal_upper_quantile((1.0 - confidence) / 2.0);
 }
 
 /// Wilson score interval for hits/trials at the given two-sided confidence.
@@ -153,19 +150,13 @@ namespace detail {
 /// Clopper–Pearson at two-sided error alpha (each tail alpha/2); counts already checked,
 /// 0 < alpha < 1. Taking alpha rather than 1 − alpha keeps small per-group errors (Šidák
 /// levels) exact.
-template <class Policy>
-interval clopper_pearson_with(std::int64_t hits, std::int64_t trials, double alpha, const Policy&) {
+/// evaluate_in_double: Boost's policy promote_double<false> instead of the default policy.
+inline interval clopper_pearson_with(std::int64_t hits, std::int64_t trials, double alpha, bool evaluate_in_double) {
   const double k = static_cast<double>(hits);
   const double n = static_cast<double>(trials);
   interval ci{0.0, 1.0};
-  if (hits > 0) {
-    const boost::math::beta_distribution<double, Policy> b(k, n - k + 1.0);
-    ci.low = boost::math::quantile(b, alpha / 2.0);
-  }
-  if (hits < trials) {
-    const boost::math::beta_distribution<double, Policy> b(k + 1.0, n - k);
-    ci.high = boost::math::quantile(boost::math::complement(b, alpha / 2.0));
-  }
+  if (hits > 0) ci.low = special::beta_quantile(k, n - k + 1.0, alpha / 2.0, false, evaluate_in_double);
+  if (hits < trials) ci.high = special::beta_quantile(k + 1.0, n - k, alpha / 2.0, true, evaluate_in_double);
   return ci;
 }
 /// Chernoff interval {p : n·KL(p̂ ‖ p) ≤ ln(2/alpha)}: each tail P(X ≥ k | p) ≤ exp(−n·KL)
@@ -203,15 +194,14 @@ inline interval chernoff_alpha(std::int64_t hits, std::int64_t trials, double al
 /// large unequal shape parameters (e.g. 1.5e11 hits of 1e12); evaluating in double succeeds for
 /// some of those; where neither does, the Chernoff interval (same guarantee, a little wider)
 /// is returned.
-using cp_double_policy = boost::math::policies::policy<boost::math::policies::promote_double<false>>;
 inline interval clopper_pearson_alpha(std::int64_t hits, std::int64_t trials, double alpha) {
   if (trials == 0) return {0.0, 1.0};
   try {
-    return clopper_pearson_with(hits, trials, alpha, boost::math::policies::policy<>{});
+    return clopper_pearson_with(hits, trials, alpha, false);
   } catch (const std::exception&) {
   }
   try {
-    return clopper_pearson_with(hits, trials, alpha, cp_double_policy{});
+    return clopper_pearson_with(hits, trials, alpha, true);
   } catch (const std::exception&) {
   }
   return chernoff_alpha(hits, trials, alpha);

@@ -23,9 +23,8 @@
 #include <string>
 #include <string_view>
 
-#include <boost/math/distributions/chi_squared.hpp>
-
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/stats/intervals.hpp"
 
 namespace kvphase::stats {
@@ -51,8 +50,7 @@ inline std::ostream& operator<<(std::ostream& os, const test_result& r) {
 /// Upper-tail probability of χ²(dof) at x; 1 for x ≤ 0 or dof ≤ 0.
 inline double chi_square_upper_tail(double x, double dof) {
   if (!(x > 0.0) || !(dof > 0.0)) return 1.0;
-  const boost::math::chi_squared_distribution<double> d(dof);
-  return std::clamp(boost::math::cdf(boost::math::complement(d, x)), 0.0, 1.0);
+  return std::clamp(special::chi_squared_upper_tail(x, dof), 0.0, 1.0);
 }
 
 /// Test of equal recall across groups. hits[g] ≤ trials[g], same length ≥ 1 (throws otherwise).

@@ -17,10 +17,10 @@
 #include <cmath>
 #include <vector>
 
-#include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "kvphase/compress/capabilities.hpp"
 #include "kvphase/core/checked.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
 namespace kvphase::theory {
@@ -190,7 +190,7 @@ inline double gated_recall(const compress::operator_spec& spec, const needle_mod
   };
   auto f = [&](double t) { return law.pdf(t) * (1.0 + R(t)); };
   double e = 0;
-  const double total = boost::math::quadrature::gauss_kronrod<double, 15>::integrate(f, law.lo, law.hi, 6, go.tolerance, &e);
+  const double total = special::gauss_kronrod(15, f, law.lo, law.hi, 6, go.tolerance, &e);
   if (quad_err) *quad_err = e;
   return std::clamp(total - 1.0, 0.0, 1.0);
 }

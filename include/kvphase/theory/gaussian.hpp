@@ -37,14 +37,11 @@
 #include <string>
 #include <vector>
 
-#include <boost/math/distributions/chi_squared.hpp>
-#include <boost/math/quadrature/gauss_kronrod.hpp>
-#include <boost/math/special_functions/owens_t.hpp>
-
 #include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/rng.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/core/types.hpp"
 
 namespace kvphase::theory {
@@ -72,7 +69,7 @@ inline double norm_hazard_lower(double x) noexcept {
 /// P(X ≤ h, Y ≤ h) for a standard bivariate normal with correlation ρ ∈ (−1, 1), in log form.
 inline double log_bvn_diag(double h, double rho) {
   const double a = std::sqrt((1.0 - rho) / (1.0 + rho));
-  const double t = boost::math::owens_t(h, a);
+  const double t = special::owens_t(h, a);
   if (h > 0.0) return std::log1p(-(0.5 * std::erfc(h * std::numbers::sqrt2 / 2.0) + 2.0 * t));
   const double p = norm_cdf(h) - 2.0 * t;
   return p > 0.0 ? std::log(p) : -std::numeric_limits<double>::infinity();
@@ -341,9 +338,8 @@ struct target_score_law {
       a = std::sqrt(snr / (1 + snr));
       b = 1.0 / std::sqrt(1 + snr);
     }
-    boost::math::chi_squared_distribution<double> chi2(static_cast<double>(d));
-    rho_lo = std::sqrt(quantile(chi2, 1e-15));
-    rho_hi = std::sqrt(quantile(complement(chi2, 1e-15)));
+    rho_lo = std::sqrt(special::chi_squared_quantile(static_cast<double>(d), 1e-15, false));
+    rho_hi = std::sqrt(special::chi_squared_quantile(static_cast<double>(d), 1e-15, true));
     lo = a * rho_lo - 8.5 * b;
     hi = a * rho_hi + 8.5 * b;
   }
@@ -360,7 +356,7 @@ struct target_score_law {
     const double c = t / a;  // integrate where the Gaussian factor is non-negligible
     const double r0 = std::max(rho_lo, c - 9.0 * b / a), r1 = std::min(rho_hi, c + 9.0 * b / a);
     if (r1 <= r0) return 0.0;
-    return boost::math::quadrature::gauss_kronrod<double, 31>::integrate(f, r0, r1, 8, 1e-12);
+    return special::gauss_kronrod(31, f, r0, r1, 8, 1e-12);
   }
 };
 
@@ -393,7 +389,7 @@ inline double recall_given_target_score(double t, const std::vector<target_entry
   for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
     if (cuts[i + 1] <= cuts[i]) continue;
     double e = 0;
-    total += boost::math::quadrature::gauss_kronrod<double, 31>::integrate(h, cuts[i], cuts[i + 1], 12, tol, &e);
+    total += special::gauss_kronrod(31, h, cuts[i], cuts[i + 1], 12, tol, &e);
     e_total += e;
   }
   const double mass = std::exp(dmax.log_cdf(b)) - std::exp(dmax.log_cdf(a));
@@ -425,7 +421,7 @@ inline phase_recall recall_exact_disjoint(const phase_geometry& geo, const needl
   };
   double outer_err = 0;
   const double total =
-      boost::math::quadrature::gauss_kronrod<double, 31>::integrate(f, law.lo, law.hi, 10, tol, &outer_err);
+      special::gauss_kronrod(31, f, law.lo, law.hi, 10, tol, &outer_err);
   // ∫ f_T over [lo, hi] = 1 up to 2e-15 tail mass (and the density's own quadrature error)
   out.recall = std::clamp(total - 1.0, 0.0, 1.0);
   out.error = outer_err + inner_err + 1e-12;

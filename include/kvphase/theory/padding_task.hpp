@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include <boost/math/quadrature/gauss_kronrod.hpp>
 
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/tasks/padding.hpp"
 
@@ -65,16 +65,15 @@ namespace detail {
 /// Gauss–Kronrod over θ = arccos u with weight sin^{d−2}θ (normalised by the same quadrature).
 template <class F>
 double cosine_expectation(index_t d, F&& f, double& err) {
-  using boost::math::quadrature::gauss_kronrod;
   const double k = static_cast<double>(d - 2);
   const double pi = std::numbers::pi;
   // sin^{d−2}(π/2 + x) = cos^{d−2}x ≤ exp(−(d−2)x²/2): beyond 12/√(d−2) the weight is < e^{−72}.
   const double h = d <= 2 ? pi / 2 : std::min(pi / 2, 12.0 / std::sqrt(k));
   auto wgt = [&](double th) { return k == 0 ? 1.0 : std::exp(k * std::log(std::max(std::sin(th), 1e-300))); };
   double e1 = 0, e0 = 0;
-  const double num = gauss_kronrod<double, 61>::integrate([&](double th) { return wgt(th) * f(std::cos(th)); },
-                                                         pi / 2 - h, pi / 2 + h, 15, 1e-12, &e1);
-  const double den = gauss_kronrod<double, 61>::integrate(wgt, pi / 2 - h, pi / 2 + h, 15, 1e-12, &e0);
+  const double num = special::gauss_kronrod(61, [&](double th) { return wgt(th) * f(std::cos(th)); }, pi / 2 - h,
+                                          pi / 2 + h, 15, 1e-12, &e1);
+  const double den = special::gauss_kronrod(61, wgt, pi / 2 - h, pi / 2 + h, 15, 1e-12, &e0);
   err = (std::abs(e1) + std::abs(num / den) * std::abs(e0)) / den + 1e-14;
   return num / den;
 }
