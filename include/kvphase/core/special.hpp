@@ -53,6 +53,17 @@ KVPHASE_SPECIAL_DECL double chi_squared_upper_tail(double x, double dof);
 /// Quantile of χ²(dof) at lower-tail probability p, or (upper) at upper-tail probability p.
 KVPHASE_SPECIAL_DECL double chi_squared_quantile(double dof, double p, bool upper);
 
+/// P(F(d1, d2) > x) (Boost `cdf(complement(fisher_f(d1, d2), x))`); d1, d2 > 0, x ≥ 0.
+KVPHASE_SPECIAL_DECL double fisher_f_upper_tail(double x, double d1, double d2);
+
+/// The t quantile at upper-tail probability p with dof degrees of freedom (Boost
+/// `quantile(complement(students_t(dof), p))`).
+KVPHASE_SPECIAL_DECL double students_t_upper_quantile(double dof, double p);
+
+/// P(X ≤ k) and P(X = k) of X ~ Binomial(n, 1/2) (Boost `cdf` / `pdf` of binomial(n, 0.5)).
+KVPHASE_SPECIAL_DECL double binomial_half_cdf(double n, double k);
+KVPHASE_SPECIAL_DECL double binomial_half_pdf(double n, double k);
+
 /// ln Γ(x), thread-safe (Boost's lgamma, not the C library's, which writes `signgam`).
 KVPHASE_SPECIAL_DECL double lgamma(double x);
 

@@ -46,9 +46,9 @@
 #include <string>
 #include <vector>
 
-#include <boost/math/distributions/binomial.hpp>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/stats/intervals.hpp"
 #include "kvphase/stats/paired_counts.hpp"
@@ -238,10 +238,9 @@ inline mcnemar_result mcnemar(const paired_counts& c, std::int64_t a, std::int64
   const double diff = static_cast<double>(m.a_only - m.b_only);
   m.statistic = diff * diff / static_cast<double>(n);
   m.p_chi_square = chi_square_upper_tail(m.statistic, 1.0);
-  const boost::math::binomial_distribution<double> bin(static_cast<double>(n), 0.5);
   const double lo = static_cast<double>(std::min(m.a_only, m.b_only));
-  const double tail = boost::math::cdf(bin, lo);
-  const double point = boost::math::pdf(bin, lo);
+  const double tail = special::binomial_half_cdf(static_cast<double>(n), lo);
+  const double point = special::binomial_half_pdf(static_cast<double>(n), lo);
   m.p_exact = std::clamp(2.0 * tail, 0.0, 1.0);
   m.p_mid = std::clamp(2.0 * tail - point, 0.0, 1.0);
   return m;

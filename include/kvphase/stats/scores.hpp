@@ -21,10 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <boost/math/distributions/fisher_f.hpp>
-#include <boost/math/distributions/students_t.hpp>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/special.hpp"
 #include "kvphase/stats/intervals.hpp"
 #include "kvphase/stats/paired.hpp"
 #include "kvphase/stats/uniformity.hpp"
@@ -79,8 +78,7 @@ inline test_result anova_f_test(std::span<const std::int64_t> n, std::span<const
     if (n[g]) between += static_cast<double>(n[g]) * (mean[g] - grand) * (mean[g] - grand);
   const double d1 = k - 1.0, d2 = N - k;
   r.statistic = std::max(0.0, (between / d1) / (within / d2));
-  const boost::math::fisher_f_distribution<double> f(d1, d2);
-  r.p = r.statistic > 0 ? std::clamp(boost::math::cdf(boost::math::complement(f, r.statistic)), 0.0, 1.0) : 1.0;
+  r.p = r.statistic > 0 ? std::clamp(special::fisher_f_upper_tail(r.statistic, d1, d2), 0.0, 1.0) : 1.0;
   return r;
 }
 
@@ -114,8 +112,7 @@ inline score_summary summarize_scores(const score_moments& s, std::int64_t perio
       r.ci.push_back({s.mean[g], s.mean[g]});
       continue;
     }
-    const boost::math::students_t_distribution<double> t(n - 1);
-    const double h = boost::math::quantile(boost::math::complement(t, (1 - confidence) / 2)) * sd / std::sqrt(n);
+    const double h = special::students_t_upper_quantile(n - 1, (1 - confidence) / 2) * sd / std::sqrt(n);
     r.ci.push_back({s.mean[g] - h, s.mean[g] + h});
   }
   r.uniformity = anova_f_test(s.n, s.mean, s.m2);

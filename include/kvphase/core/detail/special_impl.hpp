@@ -6,8 +6,11 @@
 #include <string>
 
 #include <boost/math/distributions/beta.hpp>
+#include <boost/math/distributions/binomial.hpp>
 #include <boost/math/distributions/chi_squared.hpp>
+#include <boost/math/distributions/fisher_f.hpp>
 #include <boost/math/distributions/normal.hpp>
+#include <boost/math/distributions/students_t.hpp>
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 #include <boost/math/special_functions/erf.hpp>
 #include <boost/math/special_functions/gamma.hpp>
@@ -44,6 +47,24 @@ KVPHASE_SPECIAL_DECL double chi_squared_upper_tail(double x, double dof) {
 KVPHASE_SPECIAL_DECL double chi_squared_quantile(double dof, double p, bool upper) {
   const boost::math::chi_squared_distribution<double> d(dof);
   return upper ? boost::math::quantile(boost::math::complement(d, p)) : boost::math::quantile(d, p);
+}
+
+KVPHASE_SPECIAL_DECL double fisher_f_upper_tail(double x, double d1, double d2) {
+  const boost::math::fisher_f_distribution<double> f(d1, d2);
+  return boost::math::cdf(boost::math::complement(f, x));
+}
+
+KVPHASE_SPECIAL_DECL double students_t_upper_quantile(double dof, double p) {
+  const boost::math::students_t_distribution<double> t(dof);
+  return boost::math::quantile(boost::math::complement(t, p));
+}
+
+KVPHASE_SPECIAL_DECL double binomial_half_cdf(double n, double k) {
+  return boost::math::cdf(boost::math::binomial_distribution<double>(n, 0.5), k);
+}
+
+KVPHASE_SPECIAL_DECL double binomial_half_pdf(double n, double k) {
+  return boost::math::pdf(boost::math::binomial_distribution<double>(n, 0.5), k);
 }
 
 KVPHASE_SPECIAL_DECL double lgamma(double x) { return boost::math::lgamma(x); }
