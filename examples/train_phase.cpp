@@ -6,6 +6,9 @@
 //
 //   train_phase                      full run (all variants, 3 seeds; about 2 minutes on 2 cores)
 //   train_phase --quick              seconds: a small task, plain + full attention, 1 seed
+//   train_phase --shard i/N|auto     train only shard i of the (variant, seed) units; writes their
+//                                    results to --out/train_units.json (no tables)
+//   train_phase --merge F1 F2 ...    join the shards' unit files into the unsharded run's outputs
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
@@ -46,7 +49,57 @@ struct job_result {
   std::uint64_t seed = 0;
   train_result trained;
   std::vector<ablation_row> ablation;  // row 0 = no knockout
+  std::vector<std::vector<double>> final_gates;  // slot_gate_profile of the trained parameters
+  bool done = false;
 };
+
+// ---- unit files: one (variant, seed) unit's results, exactly (JSON numbers round-trip doubles) ----
+io::ordered_json unit_to_json(const job_result& j) {
+  io::ordered_json u;
+  u["variant"] = j.v.name();
+  u["seed"] = j.seed;
+  u["final_loss"] = j.trained.final_loss;
+  u["final_accuracy"] = j.trained.final_accuracy;
+  u["seconds"] = j.trained.seconds;
+  io::ordered_json hist = io::ordered_json::array();
+  for (const auto& g : j.trained.history)
+    hist.push_back({{"step", g.step}, {"loss", g.loss}, {"accuracy", g.accuracy}, {"profile", g.profile}});
+  u["history"] = hist;
+  u["final_gates"] = j.final_gates;
+  io::ordered_json abl = io::ordered_json::array();
+  for (const auto& r : j.ablation)
+    abl.push_back({{"component", r.component}, {"layer", r.layer}, {"head", r.head}, {"hits", r.counts.hits},
+                   {"trials", r.counts.trials}, {"mean_margin", r.counts.mean_margin}});
+  u["ablation"] = abl;
+  return u;
+}
+
+void unit_from_json(const io::ordered_json& u, job_result& j) {
+  j.trained.final_loss = u.at("final_loss").get<double>();
+  j.trained.final_accuracy = u.at("final_accuracy").get<double>();
+  j.trained.seconds = u.at("seconds").get<double>();
+  for (const auto& g : u.at("history"))
+    j.trained.history.push_back({.step = g.at("step").get<index_t>(),
+                                 .loss = g.at("loss").get<double>(),
+                                 .accuracy = g.at("accuracy").get<double>(),
+                                 .profile = g.at("profile").get<std::vector<std::vector<double>>>()});
+  j.final_gates = u.at("final_gates").get<std::vector<std::vector<double>>>();
+  for (const auto& r : u.at("ablation")) {
+    ablation_row row;
+    row.component = r.at("component").get<std::string>();
+    row.layer = r.at("layer").get<index_t>();
+    row.head = r.at("head").get<index_t>();
+    row.counts.hits = r.at("hits").get<std::vector<std::int64_t>>();
+    row.counts.trials = r.at("trials").get<std::vector<std::int64_t>>();
+    row.counts.mean_margin = r.at("mean_margin").get<std::vector<double>>();
+    require(row.counts.hits.size() == row.counts.trials.size() && row.counts.hits.size() == row.counts.mean_margin.size(),
+            "ablation", row.component, "hits, trials and mean_margin must have one entry per position");
+    j.ablation.push_back(std::move(row));
+  }
+  require(!j.ablation.empty() && j.ablation[0].component == "none", "ablation", j.v.name(),
+          "must start with the baseline row (component none)");
+  j.done = true;
+}
 
 // Per-phase summary of one trained model.
 struct phase_summary {
@@ -121,6 +174,8 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   std::string variants_text = "all", out_dir = "train_out";
   bool quick = false;
+  std::string shard_text;
+  std::vector<std::string> merge_files;
   namespace cl = kvphase::cli;
   cl::add_int<index_t>(app, "--steps", tc.steps, 0, 10'000'000, "training steps");
   cl::add_int<index_t>(app, "--batch", tc.batch, 1, 65536, "examples per step");
@@ -147,6 +202,14 @@ int main(int argc, char** argv) {
   cl::add_int<index_t>(app, "--threads", threads, 1, 64, "training jobs run in parallel (results do not depend on it)");
   app.add_option("--out", out_dir, "output directory")->capture_default_str();
   app.add_flag("--quick", quick, "short run for tests: small task, plain and full_attention, 1 seed");
+  auto* shard_opt = app.add_option("--shard", shard_text,
+                                   "train only shard i/N of the (variant, seed) units and write --out/train_units.json "
+                                   "(join with --merge), or auto: i and N from the launcher (Slurm array, srun, mpirun); "
+                                   "--out may contain {index} and {count}");
+  app.add_option("--merge", merge_files,
+                 "unit files of every shard (train_units.json): write the unsharded run's outputs from them, "
+                 "training nothing; give the same configuration flags as the shards")
+      ->excludes(shard_opt);
   if (const auto status = kvphase::cli::parse(app, argc, argv, "train_phase")) return *status;
 
   return kvphase::cli::run("train_phase", [&]() -> int {
@@ -175,6 +238,11 @@ int main(int argc, char** argv) {
     ec.validate();
     require(task.target_end() % (2 * stride) == 0, "n_context - raw_window", task.target_end(),
             "must be a multiple of 2 * stride (equal trials per residue mod 2S)");
+    sim::launched_shard launched;
+    if (!shard_text.empty()) {
+      launched = cl::resolve_shard(shard_text, "--shard");
+      out_dir = cl::shard_path(out_dir, launched, "--out");
+    }
     cl::check_writable_dir(out_dir, "--out");  // before the run, not after it
 
     std::cout << task << "\n" << base << "\n" << tc << "\nvariants:";
@@ -193,21 +261,90 @@ int main(int argc, char** argv) {
         j.v.train.data_seed = 1000 + j.seed;
         jobs.push_back(std::move(j));
       }
-    std::atomic<std::size_t> next{0};
-    std::mutex log_mutex;
-    auto worker = [&] {
-      for (std::size_t i = next++; i < jobs.size(); i = next++) {
-        job_result& j = jobs[i];
-        std::ostringstream log;
-        j.trained = train_model(data, j.v.model, j.v.train, &log, j.v.name() + " seed " + std::to_string(j.seed));
-        j.ablation = ablation_matrix(data, j.v.model, j.trained.params, ec);
-        std::lock_guard<std::mutex> lock(log_mutex);
-        std::cerr << log.str();
+    // the configuration every output records; shards and their merge must agree on it
+    nlohmann::json cfg;
+    {
+      std::ostringstream a, b, c;
+      a << task;
+      b << base;
+      c << tc;
+      cfg["task"] = a.str();
+      cfg["model"] = b.str();
+      cfg["train"] = c.str();
+      cfg["seeds"] = seeds;
+      cfg["trials_per_position"] = trials;
+      cfg["permutations"] = permutations;
+      cfg["entropy_reg"] = ms.entropy_reg;
+      cfg["variants"] = variants_text;
+    }
+    // units [first, last) of the job list: all of them, or those of --shard (sim::shard_spec)
+    const auto [first, last] = launched.shard.range(static_cast<index_t>(jobs.size()));
+    if (!merge_files.empty()) {
+      for (const auto& path : merge_files) {
+        std::ifstream in(path, std::ios::binary);
+        require(static_cast<bool>(in), "--merge", path, "cannot be opened");
+        const io::ordered_json file = io::read_json(in, path);
+        require(file.contains("config") && file.contains("units") && file.at("units").is_array(), "--merge", path,
+                "must be a train_units.json written by train_phase --shard");
+        require(nlohmann::json::parse(file.at("config").dump()) == cfg, "--merge", path,
+                "has a different configuration than these flags: " + file.at("config").dump());
+        for (const auto& u : file.at("units")) {
+          const std::string name = u.at("variant").get<std::string>();
+          const auto sd = u.at("seed").get<std::uint64_t>();
+          auto it = std::find_if(jobs.begin(), jobs.end(), [&](const job_result& j) { return j.v.name() == name && j.seed == sd; });
+          require(it != jobs.end(), "--merge", path, "has unit " + name + " seed " + std::to_string(sd) + " outside this configuration");
+          require(!it->done, "--merge", path, "repeats unit " + name + " seed " + std::to_string(sd));
+          unit_from_json(u, *it);
+        }
       }
-    };
-    std::vector<std::thread> pool;
-    for (index_t t = 0; t < std::min<index_t>(threads, static_cast<index_t>(jobs.size())); ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+      for (const auto& j : jobs)
+        require(j.done, "--merge", "(" + std::to_string(merge_files.size()) + " files)",
+                "misses unit " + j.v.name() + " seed " + std::to_string(j.seed));
+    } else {
+      std::atomic<std::size_t> next{static_cast<std::size_t>(first)};
+      std::mutex log_mutex;
+      auto worker = [&] {
+        for (std::size_t i = next++; i < static_cast<std::size_t>(last); i = next++) {
+          job_result& j = jobs[i];
+          std::ostringstream log;
+          j.trained = train_model(data, j.v.model, j.v.train, &log, j.v.name() + " seed " + std::to_string(j.seed));
+          j.ablation = ablation_matrix(data, j.v.model, j.trained.params, ec);
+          j.final_gates = slot_gate_profile(j.v.model, j.trained.params);
+          j.done = true;
+          std::lock_guard<std::mutex> lock(log_mutex);
+          std::cerr << log.str();
+        }
+      };
+      std::vector<std::thread> pool;
+      for (index_t t = 0; t < std::min<index_t>(threads, last - first); ++t) pool.emplace_back(worker);
+      for (auto& t : pool) t.join();
+    }
+    if (!shard_text.empty()) {
+      // a shard writes its units' results only; the tables come from --merge
+      std::filesystem::create_directories(out_dir);
+      io::provenance prov = io::make_provenance(cfg, seed, static_cast<int>(threads), argc, argv);
+      prov.shard_index = launched.shard.index;
+      prov.shard_count = launched.shard.count;
+      prov.launcher = launched.launcher;
+      prov.job = launched.job;
+      io::ordered_json file;
+      file["provenance"] = io::to_json(prov);
+      file["config"] = cfg;
+      file["shard"] = std::to_string(launched.shard.index) + "/" + std::to_string(launched.shard.count);
+      file["units"] = io::ordered_json::array();
+      for (index_t i = first; i < last; ++i) {
+        const job_result& j = jobs[static_cast<std::size_t>(i)];
+        file["units"].push_back(unit_to_json(j));
+        std::cout << "trained " << j.v.name() << " seed " << j.seed << ": final loss " << format_fixed(j.trained.final_loss, 4)
+                  << ", " << format_fixed(j.trained.seconds, 1) << " s\n";
+      }
+      std::ofstream f(out_dir + "/train_units.json");
+      f << io::json_text(file);
+      require(static_cast<bool>(f), "--out", out_dir, "train_units.json could not be written");
+      std::cout << "shard " << launched.shard << ": " << last - first << " of " << jobs.size() << " units; wrote " << out_dir
+                << "/train_units.json (join all shards with train_phase --merge)\n";
+      return 0;
+    }
 
     std::vector<phase_summary> sums;
     for (std::size_t i = 0; i < jobs.size(); ++i)
@@ -302,7 +439,7 @@ int main(int argc, char** argv) {
     bool theory_done = false;
     if (main_job >= 0) {
       const job_result& j = jobs[static_cast<std::size_t>(main_job)];
-      const auto prof = slot_gate_profile(j.v.model, j.trained.params);
+      const auto& prof = j.final_gates;
       std::vector<compress::operator_spec> specs;
       for (const auto& w : prof) {
         compress::operator_spec sp;
@@ -387,22 +524,8 @@ int main(int argc, char** argv) {
 
     // ---- outputs ----
     std::filesystem::create_directories(out_dir);
-    nlohmann::json cfg;
-    {
-      std::ostringstream a, b, c;
-      a << task;
-      b << base;
-      c << tc;
-      cfg["task"] = a.str();
-      cfg["model"] = b.str();
-      cfg["train"] = c.str();
-      cfg["seeds"] = seeds;
-      cfg["trials_per_position"] = trials;
-      cfg["permutations"] = permutations;
-      cfg["entropy_reg"] = ms.entropy_reg;
-      cfg["variants"] = variants_text;
-    }
-    const io::provenance prov = io::make_provenance(cfg, seed, static_cast<int>(threads), argc, argv);
+    io::provenance prov = io::make_provenance(cfg, seed, static_cast<int>(threads), argc, argv);
+    if (!merge_files.empty()) prov.merged_from = static_cast<std::int64_t>(merge_files.size());
     const std::string header = io::to_csv_comment(prov);
     {
       std::ofstream f(out_dir + "/train_gates.csv");
@@ -526,7 +649,7 @@ int main(int argc, char** argv) {
         m["periodicity"] = {{"test", s.period.test}, {"statistic", s.period.statistic}, {"p", s.period.p},
                             {"amplitude", s.period.amplitude}, {"peak_phase", s.period.peak_phase}};
         m["uniformity_p"] = s.uniform.p;
-        m["final_gate_profile"] = slot_gate_profile(jobs[i].v.model, jobs[i].trained.params);
+        m["final_gate_profile"] = jobs[i].final_gates;
         models.push_back(m);
       }
       j["models"] = models;
