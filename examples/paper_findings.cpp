@@ -7,6 +7,12 @@
 //   paper_findings --finding 5 --out findings      # control: no chunked compression is flat
 //   paper_findings --finding 6 --out findings      # the ablations on the faithful path (RoPE, pooling)
 //   paper_findings --quick                         # every finding, short (the ctest form)
+//   paper_findings --shard i/N|auto --out dir_{index}   # shard i of every sweep's trials
+//
+// With --shard, every sweep runs only its shard's trials (sim::shard_spec) and writes shard
+// files; the tables and verdicts printed then describe that shard alone. kvphase-merge joins the
+// shards of each sweep (<dir>/<name>.csv or .json) into the unsharded run's file, byte-identical
+// provenance aside (docs/scale-out.md).
 //
 // Each sweep prints a per-group table and writes <out>/<name>.csv and <out>/<name>.json in the
 // kvphase-sweep/1 format (with provenance; plot the CSV with scripts/plot.py). Counts are
@@ -49,6 +55,8 @@ struct options {
   std::string out = "paper_findings_out";
   int threads = 0;
   std::uint64_t seed = 1;
+  std::string shard_text;       // empty: the whole run
+  sim::launched_shard shard{};  // 0/1 unless --shard
   int argc = 0;
   const char* const* argv = nullptr;
 };
@@ -148,14 +156,18 @@ struct sweep_run {
 
 sweep_run run(const options& o, const std::string& name, const sim::sweep_config& c,
               const std::optional<theory::sweep_column>& th = std::nullopt, index_t period_override = 0) {
-  c.validate();
+  sim::sweep_config cs = c;
+  cs.shard = o.shard.shard;
+  cs.validate();
   sweep_run r;
-  r.raw = sim::run_sweep(c);
+  r.raw = sim::run_sweep(cs);
   r.out = sim::to_output(r.raw, {.extra_config = {{"program", "paper_findings"}, {"sweep", name}, {"quick", o.quick}},
                                  .argc = o.argc,
                                  .argv = o.argv,
                                  .theory = th.has_value(),
                                  .period = period_override});
+  r.out.prov.launcher = o.shard.launcher;
+  r.out.prov.job = o.shard.job;
   r.summary = stats::summarize(r.out.models, r.out.analysis);
   std::filesystem::create_directories(o.out);
   const std::string base = (std::filesystem::path(o.out) / name).string();
@@ -500,12 +512,24 @@ int main(int argc, char** argv) {
   app.add_option("--out,-o", o.out, "directory for the CSV and JSON files")->capture_default_str();
   kvphase::cli::add_int(app, "--threads", o.threads, 0, 1024, "threads (0: all cores); results do not depend on it");
   kvphase::cli::add_u64(app, "--seed", o.seed, "random seed");
+  app.add_option("--shard", o.shard_text,
+                 "run shard i/N of every sweep's trials (join each sweep's files with kvphase-merge), or auto: i and N "
+                 "from the launcher (Slurm array, srun, mpirun); --out may contain {index} and {count}");
   if (const auto status = kvphase::cli::parse(app, argc, argv, "paper_findings")) return *status;
   o.argc = argc;
   o.argv = argv;
   return kvphase::cli::run("paper_findings", [&] {
+    if (!o.shard_text.empty()) {
+      o.shard = kvphase::cli::resolve_shard(o.shard_text, "--shard");
+      o.out = kvphase::cli::shard_path(o.out, o.shard, "--out");
+    }
     kvphase::cli::check_writable_dir(o.out, "out");  // before the first finding, not after it
     std::printf("paper_findings%s (seed %llu)\n", o.quick ? " --quick" : "", static_cast<unsigned long long>(o.seed));
+    if (!o.shard_text.empty())
+      std::printf("shard %lld/%lld%s%s: every sweep runs this shard's trials only; the tables below describe the shard, "
+                  "merge each sweep's files with kvphase-merge\n",
+                  static_cast<long long>(o.shard.shard.index), static_cast<long long>(o.shard.shard.count),
+                  o.shard.launcher.empty() ? "" : " from ", o.shard.launcher.c_str());
     if (o.finding == 0 || o.finding == 1) finding_padding(o);
     if (o.finding == 0 || o.finding == 2) finding_kv128k(o);
     if (o.finding == 0 || o.finding == 3) finding_stride(o);
