@@ -192,3 +192,16 @@ if(Python3_Interpreter_FOUND)
             ${CMAKE_CURRENT_BINARY_DIR}/inspect_check)
   set_tests_properties(example.inspect_planted_slot PROPERTIES LABELS "example;inspect")
 endif()
+
+# train_phase and paper_findings --shard: two shards joined (train_phase --merge, kvphase-merge
+# per sweep) equal the unsharded run's data; a missing or repeated train unit is refused.
+add_test(NAME example.train_phase_shard_merge
+  COMMAND ${CMAKE_COMMAND} -DMODE=train -DPROG=$<TARGET_FILE:train_phase>
+          "-DARGS=--quick;--threads;1" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/train_shard_merge
+          -P ${CMAKE_CURRENT_SOURCE_DIR}/shard_merge_check.cmake)
+set_tests_properties(example.train_phase_shard_merge PROPERTIES LABELS "example;train" TIMEOUT 60)
+add_test(NAME example.paper_findings_shard_merge
+  COMMAND ${CMAKE_COMMAND} -DMODE=findings -DPROG=$<TARGET_FILE:paper_findings> -DMERGE=$<TARGET_FILE:kvphase-merge>
+          "-DARGS=--finding;3;--quick;--threads;1" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/paper_findings_shard_merge
+          -P ${CMAKE_CURRENT_SOURCE_DIR}/shard_merge_check.cmake)
+set_tests_properties(example.paper_findings_shard_merge PROPERTIES LABELS "example;findings" TIMEOUT 60)
