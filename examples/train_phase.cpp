@@ -74,7 +74,10 @@ io::ordered_json unit_to_json(const job_result& j) {
   return u;
 }
 
-void unit_from_json(const io::ordered_json& u, job_result& j) {
+/// Reads one unit of a train_units.json into j; `positions` is the task's target_end(). Every
+/// count vector must have one entry per position with 0 <= hits <= trials and trials >= 1, and
+/// every gate weight must be in [0, 1], or kvphase::error names the unit.
+void unit_from_json(const io::ordered_json& u, job_result& j, index_t positions) {
   j.trained.final_loss = u.at("final_loss").get<double>();
   j.trained.final_accuracy = u.at("final_accuracy").get<double>();
   j.trained.seconds = u.at("seconds").get<double>();
@@ -84,6 +87,9 @@ void unit_from_json(const io::ordered_json& u, job_result& j) {
                                  .accuracy = g.at("accuracy").get<double>(),
                                  .profile = g.at("profile").get<std::vector<std::vector<double>>>()});
   j.final_gates = u.at("final_gates").get<std::vector<std::vector<double>>>();
+  const std::string unit = j.v.name() + " seed " + std::to_string(j.seed);
+  for (const auto& row : j.final_gates)
+    for (double w : row) require(std::isfinite(w) && w >= 0.0 && w <= 1.0, "final_gates", unit, "weights must be in [0, 1]");
   for (const auto& r : u.at("ablation")) {
     ablation_row row;
     row.component = r.at("component").get<std::string>();
@@ -94,6 +100,11 @@ void unit_from_json(const io::ordered_json& u, job_result& j) {
     row.counts.mean_margin = r.at("mean_margin").get<std::vector<double>>();
     require(row.counts.hits.size() == row.counts.trials.size() && row.counts.hits.size() == row.counts.mean_margin.size(),
             "ablation", row.component, "hits, trials and mean_margin must have one entry per position");
+    require(static_cast<index_t>(row.counts.hits.size()) == positions, "ablation", unit + " " + row.component,
+            "must have " + std::to_string(positions) + " positions (the task's target positions)");
+    for (std::size_t p = 0; p < row.counts.hits.size(); ++p)
+      require(row.counts.trials[p] >= 1 && row.counts.hits[p] >= 0 && row.counts.hits[p] <= row.counts.trials[p], "ablation",
+              unit + " " + row.component, "needs trials >= 1 and 0 <= hits <= trials at every position");
     j.ablation.push_back(std::move(row));
   }
   require(!j.ablation.empty() && j.ablation[0].component == "none", "ablation", j.v.name(),
@@ -288,13 +299,17 @@ int main(int argc, char** argv) {
                 "must be a train_units.json written by train_phase --shard");
         require(nlohmann::json::parse(file.at("config").dump()) == cfg, "--merge", path,
                 "has a different configuration than these flags: " + file.at("config").dump());
-        for (const auto& u : file.at("units")) {
-          const std::string name = u.at("variant").get<std::string>();
-          const auto sd = u.at("seed").get<std::uint64_t>();
-          auto it = std::find_if(jobs.begin(), jobs.end(), [&](const job_result& j) { return j.v.name() == name && j.seed == sd; });
-          require(it != jobs.end(), "--merge", path, "has unit " + name + " seed " + std::to_string(sd) + " outside this configuration");
-          require(!it->done, "--merge", path, "repeats unit " + name + " seed " + std::to_string(sd));
-          unit_from_json(u, *it);
+        try {
+          for (const auto& u : file.at("units")) {
+            const std::string name = u.at("variant").get<std::string>();
+            const auto sd = u.at("seed").get<std::uint64_t>();
+            auto it = std::find_if(jobs.begin(), jobs.end(), [&](const job_result& j) { return j.v.name() == name && j.seed == sd; });
+            require(it != jobs.end(), "--merge", path, "has unit " + name + " seed " + std::to_string(sd) + " outside this configuration");
+            require(!it->done, "--merge", path, "repeats unit " + name + " seed " + std::to_string(sd));
+            unit_from_json(u, *it, task.target_end());
+          }
+        } catch (const nlohmann::json::exception& e) {  // a member missing or of the wrong type
+          fail("--merge", path, std::string("is not a valid train_units.json: ") + e.what());
         }
       }
       for (const auto& j : jobs)
