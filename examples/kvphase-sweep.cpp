@@ -24,6 +24,7 @@
 #include "cli_common.hpp"
 #include "progress.hpp"
 
+#include <kvphase/compress/checkpoint.hpp>
 #include <kvphase/compress/presets.hpp>
 #include <kvphase/io/study.hpp>
 #include <kvphase/sim/report.hpp>
@@ -257,6 +258,8 @@ int main(int argc, char** argv) {
   namespace cl = kvphase::cli;
   CLI::App app{"Per-phase recall of a chunked-compressed model and full attention on the same inputs.", "kvphase-sweep"};
   cli_options o;
+  // --params file: a DeepSeek-V4 checkpoint layer ("PATH" or "PATH#LAYER", compress/checkpoint.hpp)
+  kvphase::compress::set_params_loader<float>(kvphase::compress::v4_params_loader<float>());
   const index_t big = index_t(1) << 30;
   // optional overrides (default: the preset's or the task's); values range-checked as text
   auto opt_int = [&](const char* name, std::optional<index_t>& v, index_t lo, index_t hi, const std::string& help) {
@@ -295,7 +298,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"random", "identity", "planted-early", "planted-middle", "planted-late", "file"}))
       ->capture_default_str();
   opt_real("--params-strength", o.params_strength, 0, 100, "slope kappa of the planted slot-bias profiles (default 2)");
-  app.add_option("--params-file", o.params_file, "compressor parameters from a file (--params file)");
+  app.add_option("--params-file", o.params_file, "compressor parameters from a safetensors checkpoint, PATH or PATH#LAYER (--params file; "
+                 "docs/real-models.md)");
   opt_int("--stride", o.stride, 1, index_t(1) << 20, "stride S between entries (default: the preset's; mean/gated: 4)");
   app.add_option("--pool", o.pool, "override the pool kind: mean, slot-gate, weights, max, identity");
   cl::add_reals(app, "--gate-bias", o.gate_bias, -1e3, 1e3, "slot-gate bias b0,b1,... (one per slot; gated)");

@@ -264,3 +264,42 @@ TEST_CASE("config.json gives the compress rope and norm settings", "[compress][c
   std::filesystem::remove(dir + "/config.json");
   CHECK(kc::v4_options_for(dir).rope_theta == 160000);  // defaults without a config
 }
+
+TEST_CASE("v4_params_loader gives a sweep a checkpoint layer's compressor, refusing a mismatched operator or width",
+          "[compress][checkpoint]") {
+  const index_t D = 16, c = 8;
+  io::safetensors_writer w;
+  const std::string P = "model.layers.3.self_attn.compressor";
+  w.add<float>(P + ".kv_proj.weight", random_matrix(c, D, 1, 0.3), io::tensor_dtype::f32);
+  w.add<float>(P + ".gate_proj.weight", random_matrix(c, D, 2, 0.3), io::tensor_dtype::f32);
+  w.add<float>(P + ".position_bias", random_matrix(4, c, 3), io::tensor_dtype::f32);
+  const std::int64_t s8[1] = {c};
+  w.add<float>(P + ".kv_norm.weight", s8, std::vector<float>(static_cast<std::size_t>(c), 1.0f), io::tensor_dtype::f32);
+  const std::string dir = tmp_dir("loader");
+  w.write(dir + "/model.safetensors");
+  {
+    std::ofstream cfg(dir + "/config.json");
+    cfg << R"({"qk_rope_head_dim": 4})";
+  }
+  const auto layer = kc::load_v4_layer<float>(io::safetensors_checkpoint(dir), 3, kc::v4_options_for(dir));
+  CHECK(layer.compressor.spec.rope.rope_dim == 4);
+  const auto load = kc::v4_params_loader<float>();
+  // the sweep's operator: the checkpoint's own (HCA, m = 4)
+  const kc::pool_params<float> p = load(dir + "#3", layer.compressor.spec, D, 0);
+  CHECK((p.w_c.array() == layer.compressor.params.w_c.array()).all());
+  CHECK((p.w_z.array() == layer.compressor.params.w_z.array()).all());
+  CHECK((p.slot_bias_c.array() == layer.compressor.params.slot_bias_c.array()).all());
+  // registered, load_params_file goes through it
+  kc::set_params_loader<float>(load);
+  CHECK((kc::load_params_file<float>(dir + "#3", layer.compressor.spec, D).w_c.array() == p.w_c.array()).all());
+  kc::set_params_loader<float>({});
+  CHECK_THROWS_WITH(load(dir + "#x", layer.compressor.spec, D, 0), Catch::Contains("params_file") && Catch::Contains("layer index"));
+  CHECK_THROWS_WITH(load(dir, layer.compressor.spec, D, 0), Catch::Contains("model.layers.0"));  // layer 0 by default
+  CHECK_THROWS_WITH(load(dir + "#3", layer.compressor.spec, D + 2, 0),
+                    Catch::Contains("params_file") && Catch::Contains("D = 16") && Catch::Contains("18"));
+  kc::operator_spec other = layer.compressor.spec;
+  other.grid = {.window = 8, .stride = 4};
+  CHECK_THROWS_WITH(load(dir + "#3", other, D, 0), Catch::Contains("params_file") && Catch::Contains("W = 4, S = 4") &&
+                                                      Catch::Contains("W = 8, S = 4"));
+  CHECK_THROWS_WITH(load(dir + "#3", layer.compressor.spec, D, 1), Catch::Contains("head 0"));
+}

@@ -46,9 +46,9 @@ from ._kvphase import (  # noqa: F401  (re-exported API)
 )
 
 __all__ = [
-    "OperatorSpec", "Params", "SweepResult", "__version__", "analyze", "binomial_interval", "compress",
+    "Analysis", "OperatorSpec", "Params", "SweepResult", "__version__", "analyze", "binomial_interval", "compress",
     "counts_by_phase",
-    "compressed_attention", "full_attention", "gap_difference", "make_params", "multihead_attention",
+    "compressed_attention", "full_attention", "gap_difference", "load_v4_layer", "make_params", "multihead_attention",
     "operator_spec", "output_dim", "paired_test", "periodicity_test", "phase_gap", "preset", "preset_names",
     "recall", "scores", "simultaneous_intervals", "summarize", "sweep", "sweep_config", "task_names", "theory",
     "uniformity_test",
@@ -448,16 +448,112 @@ def counts_by_phase(positions, correct, modulus, origin=0):
     return trials, hits
 
 
-def analyze(positions, correct, stride=None, **kwargs):
-    """Phase analysis of external results with the paired / shifted designs: the binding of
-    stats/paired.hpp (and of kvphase-analyze), which is not in this version yet. Until then,
-    :func:`counts_by_phase` and :func:`summarize` give the unpaired analysis."""
-    raise NotImplementedError("kvphase.analyze: the paired and shifted design statistics (stats/paired.hpp) are not "
-                              "in this build; use counts_by_phase() and summarize() for the unpaired analysis")
+class Analysis:
+    """Per-phase analysis of an external evaluation (io/evaluation.hpp, the library behind
+    ``kvphase-analyze``): ``models`` (one per condition, "all" without conditions), ``trials`` /
+    ``hits`` (model -> int64 array per phase), ``statistics`` (as :class:`SweepResult`'s, plus
+    ``paired`` when item ids were given), ``provenance``, and ``to_csv()`` / ``to_json()`` in
+    kvphase-analyze's format."""
+
+    def __init__(self, handle):
+        self._h = handle
+        self.models = list(handle.models)
+        counts = {m: handle.counts(m) for m in self.models}
+        self.trials = {m: c["trials"] for m, c in counts.items()}
+        self.hits = {m: c["hits"] for m, c in counts.items()}
+        self._stats = None
+
+    @property
+    def statistics(self):
+        if self._stats is None:
+            self._stats = self._h.statistics()
+        return self._stats
+
+    @property
+    def provenance(self):
+        return self._h.provenance
+
+    def _text(self, fmt, path):
+        text = self._h.text(fmt)
+        if path is not None:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        return text
+
+    def to_csv(self, path=None) -> str:
+        return self._text("csv", path)
+
+    def to_json(self, path=None) -> str:
+        return self._text("json", path)
+
+    def __repr__(self):
+        return f"Analysis(models={self.models}, groups={len(next(iter(self.trials.values())))})"
 
 
-def paired_test(*args, **kwargs):
-    """Paired / shifted-design tests (stats/paired.hpp). Not part of this build yet: the binding
-    will call the library's paired statistics once stats/paired.hpp exists."""
-    raise NotImplementedError("kvphase.paired_test: the paired design statistics (stats/paired.hpp) are not in this "
-                              "build of kvphase")
+def _column(name, values, n=None):
+    import numpy as _np
+
+    a = _np.asarray(values)
+    if a.ndim != 1:
+        _fail(name + ".ndim", a.ndim, "must be 1 (one value per record)")
+    if n is not None and a.shape[0] != n:
+        _fail(name + ".shape[0]", a.shape[0], f"must equal the number of records ({n})")
+    return a
+
+
+def analyze(positions=None, correct=None, stride=4, *, phases=None, scores=None, items=None, conditions=None,
+            modulus=0, origin=0, confidence=0.95, permutations=9999, bootstrap=2000, seed=0, baseline="") -> Analysis:
+    """Phase analysis of a real model's per-item results, as ``kvphase-analyze`` does: one record
+    per (item, target placement) with the target's token index ``positions`` (phase =
+    (position - origin) mod M, M = modulus or stride) or ``phases`` directly; ``correct`` (0/1)
+    and/or ``scores`` (continuous margins); optional ``items`` (ids: the same item at every phase
+    -> the paired tests) and ``conditions`` (one label per record: one model per label). The
+    records go through the same parser and checks as the program's input files."""
+    import numpy as _np
+
+    cols, names = [], []
+    if (positions is None) == (phases is None):
+        _fail("positions", "phases", "give exactly one of positions and phases")
+    first = _column("positions" if positions is not None else "phases", positions if positions is not None else phases)
+    n = first.shape[0]
+    if n == 0:
+        _fail("positions", "[]", "needs at least one record")
+    if not _np.issubdtype(first.dtype, _np.integer):
+        raise TypeError(f"{'positions' if positions is not None else 'phases'}: expected a 1-D sequence of integers, "
+                        f"got dtype {first.dtype}")
+    names.append("position" if positions is not None else "phase")
+    cols.append([str(int(v)) for v in first])
+    if correct is None and scores is None:
+        _fail("correct", "None", "give correct (0/1) and/or scores")
+    if correct is not None:
+        c = _column("correct", correct, n)
+        if not (_np.issubdtype(c.dtype, _np.integer) or c.dtype == _np.bool_):
+            raise TypeError(f"correct: expected a 1-D sequence of 0/1 integers or bools, got dtype {c.dtype}")
+        names.append("correct")
+        cols.append([str(int(v)) for v in c])
+    if scores is not None:
+        sc = _column("scores", scores, n).astype(float)
+        names.append("score")
+        cols.append([repr(float(v)) for v in sc])
+    if items is not None:
+        it = _column("items", items, n)
+        names.append("item")
+        cols.append([str(v) for v in it])
+    by = []
+    if conditions is not None:
+        cd = _column("conditions", conditions, n)
+        names.append("condition")
+        cols.append([str(v) for v in cd])
+        by = ["condition"]
+    for name, col in zip(names, cols):
+        for v in col:
+            if any(ch in v for ch in ',"\n\r#'):
+                _fail(name, v, "values must not contain commas, quotes, line breaks or '#'")
+    text = ",".join(names) + "\n" + "".join(",".join(row) + "\n" for row in zip(*cols))
+    argv = ["python", "kvphase.analyze"]
+    return Analysis(_k._analyze(text, int(stride), int(modulus), int(origin), by, float(confidence), int(permutations),
+                                int(bootstrap), int(seed), str(baseline), argv))
+
+
+paired_test = _k.paired_test
+load_v4_layer = _k.load_v4_layer

@@ -14,12 +14,15 @@
 #include <kvphase/attention/compressed.hpp>
 #include <kvphase/attention/full.hpp>
 #include <kvphase/attention/multihead.hpp>
+#include <kvphase/compress/checkpoint.hpp>
 #include <kvphase/compress/presets.hpp>
+#include <kvphase/io/evaluation.hpp>
 #include <kvphase/io/fields_json.hpp>
 #include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
 #include <kvphase/stats/gap.hpp>
 #include <kvphase/stats/intervals.hpp>
+#include <kvphase/stats/paired.hpp>
 #include <kvphase/stats/periodicity.hpp>
 #include <kvphase/stats/summary.hpp>
 #include <kvphase/stats/uniformity.hpp>
@@ -498,6 +501,34 @@ py::dict periodicity_dict(const stats::periodicity_result& r) {
   d["test"] = r.test;
   return d;
 }
+py::dict paired_dict(const stats::paired_summary& p) {
+  py::dict d;
+  d["groups"] = p.groups;
+  d["items"] = p.items;
+  py::dict q;
+  q["statistic"] = p.cochran.statistic;
+  q["dof"] = p.cochran.dof;
+  q["p"] = p.cochran.p;
+  q["p_chi_square"] = p.cochran.p_chi_square;
+  q["reference"] = p.cochran.reference;
+  d["cochran_q"] = q;
+  py::dict m;
+  m["group_a"] = p.best_vs_worst.group_a;
+  m["group_b"] = p.best_vs_worst.group_b;
+  m["a_only"] = p.best_vs_worst.a_only;
+  m["b_only"] = p.best_vs_worst.b_only;
+  m["p_exact"] = p.best_vs_worst.p_exact;
+  m["p_mid"] = p.best_vs_worst.p_mid;
+  m["statistic"] = p.best_vs_worst.statistic;
+  m["p_chi_square"] = p.best_vs_worst.p_chi_square;
+  m["p_adjusted"] = p.best_vs_worst_p_adjusted;
+  d["mcnemar_best_vs_worst"] = m;
+  d["flips"] = p.flips;
+  d["flip_fraction"] = p.flip_fraction;
+  d["flip_ci"] = interval_dict(p.flip_ci);
+  return d;
+}
+
 py::dict summary_dict(const stats::model_summary& s) {
   py::dict d;
   d["model"] = s.model;
@@ -526,6 +557,7 @@ py::dict summary_dict(const stats::model_summary& s) {
   } else {
     d["vs_baseline"] = py::none();
   }
+  d["paired"] = s.paired ? py::object(paired_dict(*s.paired)) : py::object(py::none());
   return d;
 }
 
@@ -566,6 +598,118 @@ std::shared_ptr<sweep_handle> sweep_py(const py::dict& config, const py::dict& e
                                       .argv = args.data(),
                                       .theory = theory});
   return h;
+}
+
+
+/// The result of analyze(): an external evaluation's counts in the sweep format (io/evaluation.hpp).
+struct analysis_handle {
+  kvphase::io::sweep_result out;
+  std::optional<std::vector<stats::model_summary>> summaries;
+  const std::vector<stats::model_summary>& summary() {
+    if (!summaries) {
+      py::gil_scoped_release release;
+      summaries = stats::summarize(out.models, out.analysis);
+    }
+    return *summaries;
+  }
+};
+
+/// analyze(): the records arrive as the CSV text kvphase-analyze reads (built by the Python
+/// side from the arrays), so the same parser checks them with the same messages.
+std::shared_ptr<analysis_handle> analyze_py(const std::string& text, std::int64_t stride, std::int64_t modulus,
+                                            std::int64_t origin, const std::vector<std::string>& by, double confidence,
+                                            std::int64_t permutations, std::int64_t bootstrap, std::uint64_t seed,
+                                            const std::string& baseline, const std::vector<std::string>& argv) {
+  kvphase::io::evaluation_options o;
+  o.stride = stride;
+  o.modulus = modulus;
+  o.origin = origin;
+  o.by = by;
+  o.validate();
+  auto h = std::make_shared<analysis_handle>();
+  {
+    py::gil_scoped_release release;
+    const auto d = kvphase::io::parse_evaluation(text, "analyze()", o);
+    nlohmann::json config{{"program", "kvphase.analyze"}, {"stride", o.stride}, {"modulus", o.groups()},
+                          {"origin", o.origin}, {"by", o.by}, {"records", d.records.size()},
+                          {"items", d.items.size()}};
+    std::vector<const char*> args;
+    for (const auto& a : argv) args.push_back(a.c_str());
+    auto prov = kvphase::io::make_provenance(std::move(config), seed, 1, static_cast<int>(args.size()), args.data());
+    h->out = kvphase::io::evaluation_result(d, o,
+                                            {.confidence = confidence,
+                                             .permutations = permutations,
+                                             .bootstrap_replicates = bootstrap,
+                                             .seed = seed,
+                                             .baseline = baseline},
+                                            std::move(prov));
+  }
+  return h;
+}
+
+/// paired_test(): outcomes [items × groups] of 0/1 → stats::summarize_paired.
+py::dict paired_test_py(py::handle outcomes_obj, double confidence, std::int64_t permutations, std::uint64_t seed) {
+  if (!py::isinstance<py::array>(outcomes_obj))
+    throw py::type_error("outcomes: expected a NumPy array of 0/1 (items × groups)");
+  const auto a = py::reinterpret_borrow<py::array>(outcomes_obj);
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u' && kind != 'b')
+    throw py::type_error("outcomes: dtype must be an integer or bool type, got " + std::string(py::str(a.dtype())));
+  if (a.ndim() != 2) throw py::value_error("outcomes: must be 2-D (items × groups), got " + std::to_string(a.ndim()) + "-D");
+  kvphase::require(a.shape(1) >= 2, "outcomes.shape[1]", a.shape(1), "must be >= 2 groups");
+  const auto x = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  const auto items = x.shape(0), k = x.shape(1);
+  auto c = stats::paired_counts::zero(k);
+  const std::int64_t* v = x.data();
+  std::vector<std::uint8_t> row(static_cast<std::size_t>(k));
+  for (py::ssize_t i = 0; i < items; ++i) {
+    for (py::ssize_t g = 0; g < k; ++g) {
+      const std::int64_t o = v[i * k + g];
+      kvphase::require(o == 0 || o == 1, "outcomes[" + std::to_string(i) + ", " + std::to_string(g) + "]", o,
+                       "must be 0 or 1");
+      row[static_cast<std::size_t>(g)] = static_cast<std::uint8_t>(o);
+    }
+    c.add_item(std::span<const std::uint8_t>(row));
+  }
+  const stats::paired_options opt{.confidence = confidence, .permutations = permutations, .seed = seed};
+  stats::paired_summary r;
+  {
+    py::gil_scoped_release release;
+    r = stats::summarize_paired(c, opt);
+  }
+  return paired_dict(r);
+}
+
+/// load_v4_layer(): one layer's DeepSeek-V4 compressor (and CSA indexer) from a safetensors
+/// checkpoint (compress/checkpoint.hpp), as OperatorSpec + Params.
+template <class Real>
+py::dict load_v4_layer_impl(const std::string& path, index_t layer) {
+  compress::v4_layer<Real> L;
+  {
+    py::gil_scoped_release release;
+    const kvphase::io::safetensors_checkpoint ck(path);
+    L = compress::load_v4_layer<Real>(ck, layer, compress::v4_options_for(path));
+  }
+  auto one = [](compress::loaded_compressor<Real>& c) {
+    py::dict d;
+    d["prefix"] = c.prefix;
+    d["spec"] = c.spec;
+    params_holder h;
+    h.d = c.d;
+    h.p = std::move(c.params);
+    d["params"] = std::move(h);
+    d["d"] = c.d;
+    return d;
+  };
+  py::dict d;
+  d["layer"] = L.layer;
+  d["csa"] = L.csa;
+  d["compressor"] = one(L.compressor);
+  d["indexer"] = L.indexer ? py::object(one(*L.indexer)) : py::object(py::none());
+  d["indexer_q_b"] = L.indexer_q_b.size() ? py::object(to_numpy<Real>(std::move(L.indexer_q_b))) : py::object(py::none());
+  d["indexer_weights"] =
+      L.indexer_weights.size() ? py::object(to_numpy<Real>(std::move(L.indexer_weights))) : py::object(py::none());
+  return d;
 }
 
 }  // namespace
@@ -857,4 +1001,43 @@ PYBIND11_MODULE(_kvphase, m) {
         }, py::arg("hits"), py::arg("trials"), py::arg("period"), py::arg("confidence") = 0.95,
         py::arg("permutations") = 9999, py::arg("bootstrap_replicates") = 2000, py::arg("seed") = 0,
         py::arg("model") = "model");
+
+  // ---- external evaluations, paired tests, real checkpoints ----
+  py::class_<analysis_handle, std::shared_ptr<analysis_handle>>(m, "_Analysis")
+      .def_property_readonly("models", [](const analysis_handle& h) {
+        std::vector<std::string> n;
+        for (const auto& mdl : h.out.models) n.push_back(mdl.model);
+        return n;
+      })
+      .def("counts", [](const analysis_handle& h, const std::string& model) {
+        for (const auto& mdl : h.out.models)
+          if (mdl.model == model) {
+            py::dict d;
+            d["trials"] = to_numpy(std::vector<std::int64_t>(mdl.trials));
+            d["hits"] = to_numpy(std::vector<std::int64_t>(mdl.hits));
+            return d;
+          }
+        kvphase::fail("model", model, "is not a model of this analysis");
+      })
+      .def_property_readonly("provenance", [](const analysis_handle& h) { return from_json(kvphase::io::to_json(h.out.prov)); })
+      .def("statistics", [](analysis_handle& h) {
+        py::dict d;
+        for (const auto& s : h.summary()) d[py::str(s.model)] = summary_dict(s);
+        return d;
+      })
+      .def("text", [](analysis_handle& h, const std::string& format) {
+        kvphase::require(format == "csv" || format == "json", "format", format, "must be csv or json");
+        return kvphase::io::sweep_text(h.out, h.summary(), format);
+      }, py::arg("format"));
+  m.def("_analyze", &analyze_py);
+  m.def("paired_test", &paired_test_py, py::arg("outcomes"), py::arg("confidence") = 0.95,
+        py::arg("permutations") = 9999, py::arg("seed") = 0,
+        "Paired analysis of outcomes [items × groups] of 0/1 (the same item in every group): Cochran's Q, "
+        "McNemar best vs worst group (with its Bonferroni-adjusted p), the flip count (stats/paired.hpp).");
+  m.def("load_v4_layer", [](const std::string& path, index_t layer, const std::string& dtype) {
+          kvphase::require(dtype == "float32" || dtype == "float64", "dtype", dtype, "must be float32 or float64");
+          return dtype == "float32" ? load_v4_layer_impl<float>(path, layer) : load_v4_layer_impl<double>(path, layer);
+        }, py::arg("path"), py::arg("layer"), py::arg("dtype") = "float32",
+        "Loads layer `layer`'s DeepSeek-V4 compressor (and CSA indexer) from a safetensors checkpoint (file, "
+        "directory or model.safetensors.index.json) by Hugging Face tensor name (docs/real-models.md).");
 }

@@ -190,3 +190,63 @@ def test_multihead_full_equals_per_head_full():
                                    rtol=0, atol=16 * n * np.finfo(float).eps)
     with pytest.raises(ValueError, match=r"kvphase: kv_heads = 3: must divide heads \(2\)"):
         kvphase.multihead_attention(q, k, v, heads=H, kv_heads=3, head_dim=dh)
+
+
+# ---- real checkpoints -------------------------------------------------------------------------------
+
+def _write_safetensors(path, tensors):
+    """A safetensors file (8-byte little-endian header length, JSON header, raw data) of float32 arrays."""
+    import json
+    import struct
+
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_load_v4_layer_hca_matches_a_numpy_reference(tmp_path):
+    import json
+
+    # one HCA layer: m = 4 slots, hidden D = 16, c = 8 channels, the last 4 rotated
+    rng = np.random.default_rng(3)
+    m, D, c, rope = 4, 16, 8, 4
+    wc, wz = rng.standard_normal((c, D)), rng.standard_normal((c, D))
+    bias, gain = rng.standard_normal((m, c)), 1 + 0.1 * rng.standard_normal(c)
+    P = "model.layers.0.self_attn.compressor"
+    _write_safetensors(tmp_path / "model.safetensors", {P + ".kv_proj.weight": wc, P + ".gate_proj.weight": wz,
+                                                         P + ".position_bias": bias, P + ".kv_norm.weight": gain})
+    (tmp_path / "config.json").write_text(json.dumps({"compress_rope_theta": 10000.0, "qk_rope_head_dim": rope,
+                                                      "rms_norm_eps": 1e-6}))
+    layer = kvphase.load_v4_layer(str(tmp_path), 0)
+    assert layer["csa"] is False and layer["indexer"] is None and layer["compressor"]["d"] == D
+    spec, params = layer["compressor"]["spec"], layer["compressor"]["params"]
+    assert spec.to_dict()["grid"]["window"] == m and spec.to_dict()["grid"]["stride"] == m
+    x = rng.standard_normal((64, D)).astype(np.float32)
+    got = kvphase.compress(spec, x, params)
+    # reference in double on the float32 weights: softmax over the slots of (gate logits + slot
+    # bias) per channel, weighted payloads, RMSNorm with the gain; channels [0, c - rope) are not
+    # rotated, so they are compared exactly up to float32 rounding
+    f = lambda a: a.astype(np.float32).astype(np.float64)  # noqa: E731
+    X = x.astype(np.float64).reshape(-1, m, D)
+    pay, z = X @ f(wc).T, X @ f(wz).T + f(bias)[None]
+    w = np.exp(z - z.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    C = (w * pay).sum(axis=1)
+    C = C / np.sqrt((C**2).mean(axis=1, keepdims=True) + 1e-6) * f(gain)
+    assert got.shape == (16, c)
+    # float32 evaluation of sums of D + m terms of O(1) values: bound 8·(D + m)·eps32 of the scale
+    tol = 8 * (D + m) * np.finfo(np.float32).eps * np.abs(C).max()
+    np.testing.assert_allclose(got[:, : c - rope], C[:, : c - rope], rtol=0, atol=tol)
+    # the rotated channels keep their norm (a rotation of channel pairs)
+    np.testing.assert_allclose(np.linalg.norm(got[:, c - rope :], axis=1), np.linalg.norm(C[:, c - rope :], axis=1),
+                               rtol=0, atol=4 * tol)
+    with pytest.raises(ValueError, match=r"kvphase: .*model.layers.1.self_attn.compressor"):
+        kvphase.load_v4_layer(str(tmp_path), 1)
+    with pytest.raises(ValueError, match=r"^kvphase: dtype = float16"):
+        kvphase.load_v4_layer(str(tmp_path), 0, dtype="float16")

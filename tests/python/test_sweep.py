@@ -218,8 +218,57 @@ def test_external_results_by_phase():
         kvphase.counts_by_phase(pos.astype(float), correct, modulus=4)
     with pytest.raises(ValueError, match=r"^correct: must have the shape of positions"):
         kvphase.counts_by_phase(pos, correct[:10], modulus=4)
-    # the paired designs come with stats/paired.hpp: a clear, named gap until then
-    with pytest.raises(NotImplementedError, match=r"stats/paired.hpp"):
-        kvphase.analyze(pos, correct, stride=4)
-    with pytest.raises(NotImplementedError, match=r"stats/paired.hpp"):
-        kvphase.paired_test()
+    # analyze(): the same records through kvphase-analyze's parser and statistics
+    a = kvphase.analyze(pos, correct.astype(int), stride=4, permutations=999, bootstrap=200)
+    assert a.models == ["all"]
+    np.testing.assert_array_equal(a.trials["all"], trials)
+    np.testing.assert_array_equal(a.hits["all"], hits)
+    assert a.statistics["all"]["periodicity"]["p"] < 0.01 and a.statistics["all"]["paired"] is None
+    assert a.to_csv().startswith("# kvphase") and '"models"' in a.to_json()
+    with pytest.raises(TypeError, match=r"^positions: expected a 1-D sequence of integers"):
+        kvphase.analyze(pos.astype(float), correct, stride=4)
+    with pytest.raises(ValueError, match=r"^kvphase: stride = 1: must be in \[2, 4096\]"):
+        kvphase.analyze(pos, correct, stride=1)
+    with pytest.raises(ValueError, match=r"^kvphase: correct.shape\[0\] = 10"):
+        kvphase.analyze(pos, correct[:10], stride=4)
+
+
+def _cochran_q(x):
+    """Cochran's Q of outcomes x [items × groups], from its textbook formula."""
+    k = x.shape[1]
+    col, row, n = x.sum(axis=0), x.sum(axis=1), x.sum()
+    return (k - 1) * (k * (col**2).sum() - n**2) / (k * n - (row**2).sum())
+
+
+def test_paired_test_against_textbook_formulas():
+    import math
+
+    rng = np.random.default_rng(11)
+    # 300 items at 4 phases, phase 2 easier: Cochran's Q and McNemar best (2) vs worst
+    x = (rng.random((300, 4)) < np.array([0.3, 0.35, 0.7, 0.3])).astype(np.int64)
+    r = kvphase.paired_test(x, permutations=999)
+    assert r["groups"] == 4 and r["items"] == 300
+    assert r["cochran_q"]["statistic"] == pytest.approx(_cochran_q(x), rel=1e-12)
+    assert r["cochran_q"]["dof"] == 3
+    m = r["mcnemar_best_vs_worst"]
+    a_only = int(((x[:, m["group_a"]] == 1) & (x[:, m["group_b"]] == 0)).sum())
+    b_only = int(((x[:, m["group_a"]] == 0) & (x[:, m["group_b"]] == 1)).sum())
+    assert (m["a_only"], m["b_only"]) == (a_only, b_only) and m["group_a"] == 2
+    n, lo = a_only + b_only, min(a_only, b_only)
+    exact = min(1.0, 2 * sum(math.comb(n, i) for i in range(lo + 1)) / 2**n)
+    assert m["p_exact"] == pytest.approx(exact, rel=1e-9)
+    flips = int((x.min(axis=1) != x.max(axis=1)).sum())
+    assert r["flips"] == flips and r["flip_ci"]["low"] <= flips / 300 <= r["flip_ci"]["high"]
+    # analyze() with item ids runs the same paired test on the same counts
+    items = np.repeat(np.arange(300), 4)
+    phases = np.tile(np.arange(4), 300)
+    a = kvphase.analyze(phases=phases, correct=x.reshape(-1), items=items, stride=4, permutations=999)
+    p = a.statistics["all"]["paired"]
+    assert p["cochran_q"]["statistic"] == pytest.approx(r["cochran_q"]["statistic"], rel=1e-12)
+    assert p["flips"] == flips and p["mcnemar_best_vs_worst"]["p_exact"] == m["p_exact"]
+    with pytest.raises(ValueError, match=r"^kvphase: outcomes\[0, 0\] = 2: must be 0 or 1"):
+        kvphase.paired_test(np.full((3, 2), 2))
+    with pytest.raises(TypeError, match=r"^outcomes: dtype must be an integer or bool type, got float64"):
+        kvphase.paired_test(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"outcomes.shape\[1\] = 1"):
+        kvphase.paired_test(np.zeros((3, 1), dtype=np.int64))

@@ -31,12 +31,14 @@
 /// original_max_position_embeddings, beta_fast, beta_slow), the rotated channels from
 /// qk_rope_head_dim or head_dim × partial_rotary_factor, and rms_norm_eps.
 
+#include <charconv>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kvphase/compress/pool.hpp"
+#include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
 #include "kvphase/core/types.hpp"
@@ -247,6 +249,44 @@ v4_layer<Real> load_v4_layer(const io::safetensors_checkpoint& ck, index_t layer
       out.indexer_weights = ck.matrix<Real>(I + ".scorer.weights_proj.weight");
   }
   return out;
+}
+
+
+/// A params_loader (compress/presets.hpp) for sweeps with parameters from a file
+/// (model_config::params = file): `params_file` is "PATH" or "PATH#LAYER" (layer 0 by default), a
+/// safetensors checkpoint as load_v4_layer reads it (file, directory or index; config.json beside
+/// it). The layer's compressor must be the sweep's operator (same pool kind, window and stride) and
+/// read rows as wide as the sweep's tokens (its hidden width D = d); anything else is refused with
+/// an error naming params_file, the checkpoint's value and the sweep's. Register it with
+/// set_params_loader<Real>(v4_params_loader<Real>()) (kvphase-sweep does).
+template <class Real>
+params_loader<Real> v4_params_loader() {
+  return [](const std::string& arg, const operator_spec& spec, index_t d, index_t head) -> pool_params<Real> {
+    std::string path = arg;
+    index_t layer = 0;
+    if (const auto h = arg.rfind('#'); h != std::string::npos) {
+      path = arg.substr(0, h);
+      const std::string t = arg.substr(h + 1);
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), layer);
+      require(ec == std::errc() && end == t.data() + t.size() && !t.empty() && layer >= 0, "params_file", arg,
+              "the part after '#' must be a layer index (a non-negative integer)");
+    }
+    require(head == 0, "params_file", arg, "a checkpoint layer's compressor is one compression head (head 0)");
+    const io::safetensors_checkpoint ck(path);
+    auto L = load_v4_layer<Real>(ck, layer, v4_options_for(path));
+    const auto& c = L.compressor;
+    require(c.spec.pool == spec.pool && c.spec.grid.window == spec.grid.window && c.spec.grid.stride == spec.grid.stride,
+            "params_file", arg,
+            "layer " + std::to_string(layer) + "'s compressor is " + std::string(to_string(c.spec.pool)) + " W = " +
+                std::to_string(c.spec.grid.window) + ", S = " + std::to_string(c.spec.grid.stride) +
+                ", the sweep's operator is " + std::string(to_string(spec.pool)) + " W = " +
+                std::to_string(spec.grid.window) + ", S = " + std::to_string(spec.grid.stride) +
+                ": choose the matching preset (v4-csa or v4-hca)");
+    require(c.d == d, "params_file", arg,
+            "layer " + std::to_string(layer) + " reads hidden rows of D = " + std::to_string(c.d) +
+                " channels, the sweep's token rows have " + std::to_string(d) + " (key dim + value channels)");
+    return std::move(L.compressor.params);
+  };
 }
 
 }  // namespace kvphase::compress
