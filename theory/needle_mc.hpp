@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvphase/compress/spec.hpp"
+#include "kvphase/core/fields.hpp"
 #include "kvphase/core/rng.hpp"
 #include "kvphase/theory/gaussian.hpp"
 
@@ -48,8 +49,9 @@ inline std::vector<phase_count> simulate(const std::vector<compress::operator_sp
   std::vector<index_t> pos(static_cast<std::size_t>(S));
   for (index_t ph = 0; ph < S; ++ph) pos[static_cast<std::size_t>(ph)] = theory::target_position_for_phase(g0, m, ph);
 
+  // keyed by the specs' canonical field text (core/fields.hpp), not by their printed form
   std::ostringstream key;
-  for (const auto& s : specs) key << s;
+  for (const auto& s : specs) key << fields::canonical(s, "kvphase.theory_check");
   key << m;
   const std::uint64_t cfg = rng::hash_text(key.str());
   const double eps_sd = std::isinf(m.snr) ? 0.0 : 1.0 / std::sqrt(m.snr);
@@ -181,7 +183,7 @@ inline std::vector<phase_count> simulate_gated(const compress::operator_spec& sp
     pos[static_cast<std::size_t>(ph)] = theory::target_position_for_phase(g, m, ph);
   }
   std::ostringstream key;
-  key << spec << m << "gated";
+  key << fields::canonical(spec, "kvphase.theory_check") << m << "gated";
   const std::uint64_t cfg = rng::hash_text(key.str());
   const double eps_sd = std::isinf(m.snr) ? 0.0 : 1.0 / std::sqrt(m.snr);
   std::vector<double> b(static_cast<std::size_t>(W), 0.0);
