@@ -295,7 +295,42 @@ def sweep_config(op=None, **kwargs) -> dict:
     return checked
 
 
-class SweepResult:
+class _Output:
+    """What sweeps and analyses share: statistics computed once, provenance, and the CLI's
+    kvphase-sweep/1 CSV and JSON texts (written to ``path`` if given)."""
+
+    _stats = None
+
+    @property
+    def statistics(self):
+        """Per model: recall, ci_low/ci_high, total_recall, gap (raw, bias_corrected, simultaneous
+        interval), uniformity and periodicity tests, vs_baseline (gap minus the baseline's), paired
+        (shifted design or item ids). Computed once (the permutation tests take a moment)."""
+        if self._stats is None:
+            self._stats = self._h.statistics()
+        return self._stats
+
+    @property
+    def provenance(self):
+        return self._h.provenance
+
+    def _text(self, fmt, path):
+        text = self._h.text(fmt)
+        if path is not None:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        return text
+
+    def to_csv(self, path=None) -> str:
+        """The kvphase-sweep/1 CSV text (written to ``path`` if given): the CLI's bytes, provenance aside."""
+        return self._text("csv", path)
+
+    def to_json(self, path=None) -> str:
+        """The kvphase-sweep/1 JSON document (written to ``path`` if given)."""
+        return self._text("json", path)
+
+
+class SweepResult(_Output):
     """Counts of a sweep (per group, compressed model and full control), their statistics, the
     provenance, and the CLI's output formats.
 
@@ -311,7 +346,6 @@ class SweepResult:
         counts = {m: handle.counts(m) for m in ("compressed", "full")}
         self.trials = {m: c["trials"] for m, c in counts.items()}
         self.hits = {m: c["hits"] for m, c in counts.items()}
-        self._stats = None
 
     @property
     def recall(self):
@@ -320,24 +354,11 @@ class SweepResult:
         return {m: _np.divide(self.hits[m], _np.maximum(self.trials[m], 1), dtype=float) for m in self.trials}
 
     @property
-    def statistics(self):
-        """Per model: recall, ci_low/ci_high, total_recall, gap (raw, bias_corrected, simultaneous
-        interval), uniformity and periodicity tests, vs_baseline (gap minus the full model's).
-        Computed once (the permutation tests take a moment)."""
-        if self._stats is None:
-            self._stats = self._h.statistics()
-        return self._stats
-
-    @property
     def theory(self):
         e = self._h.extra()
         if "theory" not in e["compressed"]:
             return None
         return {m: e[m]["theory"] for m in e}
-
-    @property
-    def provenance(self):
-        return self._h.provenance
 
     @property
     def config(self):
@@ -363,21 +384,6 @@ class SweepResult:
     @property
     def stream_key(self):
         return self._h.stream_key
-
-    def _text(self, fmt, path):
-        text = self._h.text(fmt)
-        if path is not None:
-            with open(path, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-        return text
-
-    def to_csv(self, path=None) -> str:
-        """The kvphase-sweep/1 CSV text (written to ``path`` if given): the CLI's bytes, provenance aside."""
-        return self._text("csv", path)
-
-    def to_json(self, path=None) -> str:
-        """The kvphase-sweep/1 JSON document (written to ``path`` if given)."""
-        return self._text("json", path)
 
     def __repr__(self):
         c = self.config
@@ -448,7 +454,7 @@ def counts_by_phase(positions, correct, modulus, origin=0):
     return trials, hits
 
 
-class Analysis:
+class Analysis(_Output):
     """Per-phase analysis of an external evaluation (io/evaluation.hpp, the library behind
     ``kvphase-analyze``): ``models`` (one per condition, "all" without conditions), ``trials`` /
     ``hits`` (model -> int64 array per phase), ``statistics`` (as :class:`SweepResult`'s, plus
@@ -461,30 +467,6 @@ class Analysis:
         counts = {m: handle.counts(m) for m in self.models}
         self.trials = {m: c["trials"] for m, c in counts.items()}
         self.hits = {m: c["hits"] for m, c in counts.items()}
-        self._stats = None
-
-    @property
-    def statistics(self):
-        if self._stats is None:
-            self._stats = self._h.statistics()
-        return self._stats
-
-    @property
-    def provenance(self):
-        return self._h.provenance
-
-    def _text(self, fmt, path):
-        text = self._h.text(fmt)
-        if path is not None:
-            with open(path, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-        return text
-
-    def to_csv(self, path=None) -> str:
-        return self._text("csv", path)
-
-    def to_json(self, path=None) -> str:
-        return self._text("json", path)
 
     def __repr__(self):
         return f"Analysis(models={self.models}, groups={len(next(iter(self.trials.values())))})"

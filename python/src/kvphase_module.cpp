@@ -563,8 +563,9 @@ py::dict summary_dict(const stats::model_summary& s) {
 
 /// One sweep's counts and its output (provenance, run columns, theory column); statistics are
 /// computed on first use (GIL released) and kept.
-struct sweep_handle {
-  sim::sweep_result result;
+/// The written form of a result (io::sweep_result) with its summaries computed once: shared by
+/// sweeps and analyze() results.
+struct output_handle {
   kvphase::io::sweep_result out;
   std::optional<std::vector<stats::model_summary>> summaries;
 
@@ -577,9 +578,18 @@ struct sweep_handle {
   }
   std::string text(const std::string& format) {
     kvphase::require(format == "csv" || format == "json", "format", format, "must be csv or json");
-    const auto& s = summary();
-    return kvphase::io::sweep_text(out, s, format);
+    return kvphase::io::sweep_text(out, summary(), format);
   }
+  py::dict statistics() {
+    py::dict d;
+    for (const auto& s : summary()) d[py::str(s.model)] = summary_dict(s);
+    return d;
+  }
+};
+
+/// A sweep: the run's counts (sim::sweep_result) beside their written form.
+struct sweep_handle : output_handle {
+  sim::sweep_result result;
 };
 
 std::shared_ptr<sweep_handle> sweep_py(const py::dict& config, const py::dict& extra, const std::vector<std::string>& argv,
@@ -602,17 +612,7 @@ std::shared_ptr<sweep_handle> sweep_py(const py::dict& config, const py::dict& e
 
 
 /// The result of analyze(): an external evaluation's counts in the sweep format (io/evaluation.hpp).
-struct analysis_handle {
-  kvphase::io::sweep_result out;
-  std::optional<std::vector<stats::model_summary>> summaries;
-  const std::vector<stats::model_summary>& summary() {
-    if (!summaries) {
-      py::gil_scoped_release release;
-      summaries = stats::summarize(out.models, out.analysis);
-    }
-    return *summaries;
-  }
-};
+using analysis_handle = output_handle;
 
 /// analyze(): the records arrive as the CSV text kvphase-analyze reads (built by the Python
 /// side from the arrays), so the same parser checks them with the same messages.
@@ -866,12 +866,8 @@ PYBIND11_MODULE(_kvphase, m) {
         }
         return d;
       })
-      .def("statistics", [](sweep_handle& h) {
-        py::dict d;
-        for (const auto& s : h.summary()) d[py::str(s.model)] = summary_dict(s);
-        return d;
-      })
-      .def("text", &sweep_handle::text, py::arg("format"));
+      .def("statistics", [](sweep_handle& h) { return h.statistics(); })
+      .def("text", [](sweep_handle& h, const std::string& f) { return h.text(f); }, py::arg("format"));
   m.def("_sweep", &sweep_py, py::arg("config"), py::arg("extra"), py::arg("argv"), py::arg("theory"),
         py::arg("progress") = py::none(), py::arg("check_seconds") = 0.1);
   // the C++ call of compress() timed in this process (examples/python/bench_overhead.py puts it
@@ -1020,15 +1016,8 @@ PYBIND11_MODULE(_kvphase, m) {
         kvphase::fail("model", model, "is not a model of this analysis");
       })
       .def_property_readonly("provenance", [](const analysis_handle& h) { return from_json(kvphase::io::to_json(h.out.prov)); })
-      .def("statistics", [](analysis_handle& h) {
-        py::dict d;
-        for (const auto& s : h.summary()) d[py::str(s.model)] = summary_dict(s);
-        return d;
-      })
-      .def("text", [](analysis_handle& h, const std::string& format) {
-        kvphase::require(format == "csv" || format == "json", "format", format, "must be csv or json");
-        return kvphase::io::sweep_text(h.out, h.summary(), format);
-      }, py::arg("format"));
+      .def("statistics", [](analysis_handle& h) { return h.statistics(); })
+      .def("text", [](analysis_handle& h, const std::string& f) { return h.text(f); }, py::arg("format"));
   m.def("_analyze", &analyze_py);
   m.def("paired_test", &paired_test_py, py::arg("outcomes"), py::arg("confidence") = 0.95,
         py::arg("permutations") = 9999, py::arg("seed") = 0,
