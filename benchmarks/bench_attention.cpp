@@ -83,6 +83,21 @@ struct cpu_timer {
   ~cpu_timer() { g_cpu_secs += kb::process_cpu_seconds() - g_cpu_t0; }
 };
 
+/// Wall seconds of `run` summed over the benchmark's iterations (its CPU seconds go to
+/// g_cpu_secs for report_flops); `run` returns one output value, kept so the work stays.
+template <class F>
+double time_iterations(benchmark::State& state, F&& run) {
+  double secs = 0;
+  for (auto _ : state) {
+    const cpu_timer ct;
+    const auto t0 = kb::clock_type::now();
+    const auto v = run();
+    secs += seconds_since(t0);
+    kb::keep(v);
+  }
+  return secs;
+}
+
 template <class Real = float>
 void report_flops(benchmark::State& state, double flops, double secs, int threads) {
   const double gflops = flops * double(state.iterations()) / secs * 1e-9;
@@ -105,14 +120,10 @@ void flash(benchmark::State& state, index_t M, index_t n, index_t d) {
   problem& p = get(M, n, d);
   const att::attention_params prm{.threads = threads};
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);  // warm-up (caches, thread pool)
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   report_flops(state, p, secs, threads);
 }
 
@@ -129,14 +140,10 @@ void portable(benchmark::State& state, index_t M, index_t n, index_t d) {
                                                                att::no_sink<Real>, p.O.data(), d, threads);
   };
   run();
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     run();
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   report_flops<Real>(state, p, secs, threads);
 }
 
@@ -146,14 +153,10 @@ void causal(benchmark::State& state, index_t n, index_t d) {
   problem& p = get(n, n, d);
   const att::attention_params prm{.threads = threads};
   att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   report_flops(state, 4.0 * double(d) * double(n) * double(n + 1) / 2.0, secs, threads);
 }
 
@@ -171,14 +174,10 @@ void compressed(benchmark::State& state, index_t M, index_t N, index_t d) {
   for (index_t t = N - M; t < N; ++t)
     flops += 4.0 * double(d) * double(grid.num_visible(t) + std::min<index_t>(prm.window, t + 1));
   run();
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     run();
-    secs += seconds_since(t0);
-    kb::keep(raw.O(0, 0));
-  }
+    return raw.O(0, 0);
+  });
   report_flops(state, flops, secs, threads);
 }
 
@@ -201,14 +200,10 @@ void streaming(benchmark::State& state, index_t M, index_t n, index_t d) {
     }
   };
   run();
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     run();
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   report_flops(state, p, secs, threads);
 }
 
@@ -233,14 +228,10 @@ void eigen_baseline(benchmark::State& state, index_t M, index_t n, index_t d) {
     p.O.noalias() = S * p.V;
   };
   run();
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     run();
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   Eigen::setNbThreads(0);
   report_flops(state, p, secs, threads);
 }
@@ -250,14 +241,10 @@ void decode(benchmark::State& state, index_t n, index_t d) {
   problem& p = get(1, n, d);
   const att::attention_params prm{.threads = threads};
   att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
-  double secs = 0;
-  for (auto _ : state) {
-    const cpu_timer ct;
-    const auto t0 = kb::clock_type::now();
+  const double secs = time_iterations(state, [&] {
     att::dense_attention<float>(p.Q, p.K, p.V, prm, p.O);
-    secs += seconds_since(t0);
-    kb::keep(p.O(0, 0));
-  }
+    return p.O(0, 0);
+  });
   const double gbs = p.kv_bytes() * double(state.iterations()) / secs * 1e-9;
   g_cpu_secs = 0;
   state.counters["GBps"] = gbs;

@@ -231,8 +231,7 @@ TEST_CASE("general path: kv-pairs and padding for learned-projection presets, de
       INFO(name << " " << t);
       REQUIRE(c.general());
       REQUIRE_NOTHROW(c.validate());
-      c.threads = 1;
-      const auto one = sim::run_sweep(c);
+      const auto one = kvphase::test::check_threads_and_shards(c, {2, 3});
       // well formed: one cell per group and model, every trial counted, finite statistics
       REQUIRE(one.labels.size() == static_cast<std::size_t>(c.groups()));
       REQUIRE(one.compressed.size() == one.labels.size());
@@ -248,25 +247,6 @@ TEST_CASE("general path: kv-pairs and padding for learned-projection presets, de
           CHECK(m->mean_mass() <= 1.0);
           if (std::string_view(t) == "padding") CHECK(std::abs(m->mean_margin()) <= 1.0);
         }
-      }
-      c.threads = 2;
-      const auto two = sim::run_sweep(c);
-      CHECK(one.compressed == two.compressed);
-      CHECK(one.full == two.full);
-      for (index_t n : {2, 3}) {
-        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
-        for (index_t i = 0; i < n; ++i) {
-          c.shard = {i, n};
-          c.threads = static_cast<int>(1 + i % 2);
-          const auto part = sim::run_sweep(c);
-          for (std::size_t g = 0; g < comp.size(); ++g) {
-            comp[g] += part.compressed[g];
-            full[g] += part.full[g];
-          }
-        }
-        c.shard = {};
-        CHECK(comp == one.compressed);
-        CHECK(full == one.full);
       }
     }
   }
@@ -397,26 +377,7 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       INFO(v.name << " " << t);
       REQUIRE(c.general());
       REQUIRE_NOTHROW(c.validate());
-      c.threads = 1;
-      const auto one = sim::run_sweep(c);
-      c.threads = 2;
-      const auto two = sim::run_sweep(c);
-      CHECK(one.compressed == two.compressed);
-      CHECK(one.full == two.full);
-      for (index_t n : {2, 3}) {
-        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
-        for (index_t i = 0; i < n; ++i) {
-          c.shard = {i, n};
-          const auto part = sim::run_sweep(c);
-          for (std::size_t g = 0; g < comp.size(); ++g) {
-            comp[g] += part.compressed[g];
-            full[g] += part.full[g];
-          }
-        }
-        c.shard = {};
-        CHECK(comp == one.compressed);
-        CHECK(full == one.full);
-      }
+      const auto one = kvphase::test::check_threads_and_shards(c, {2, 3});
       // the model is part of the stream key (schema /3) and of the output's configuration
       auto other = c;
       other.model.sink = !other.model.sink;

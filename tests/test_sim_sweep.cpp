@@ -255,25 +255,7 @@ TEST_CASE("sweep: bitwise identical for 1 and 2 threads and any shard split", "[
     for (auto e : {sim::engine_kind::key, sim::engine_kind::score}) {
       auto c = kvphase::test::small_sweep(t, e);
       INFO(c);
-      c.threads = 1;
-      const auto one = sim::run_sweep(c);
-      c.threads = 2;
-      const auto two = sim::run_sweep(c);
-      CHECK(one.compressed == two.compressed);
-      CHECK(one.full == two.full);
-      for (index_t n : {2, 3, 5}) {
-        std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
-        for (index_t i = 0; i < n; ++i) {
-          c.shard = {i, n};
-          const auto part = sim::run_sweep(c);
-          for (std::size_t g = 0; g < comp.size(); ++g) {
-            comp[g] += part.compressed[g];
-            full[g] += part.full[g];
-          }
-        }
-        CHECK(comp == one.compressed);
-        CHECK(full == one.full);
-      }
+      const auto one = kvphase::test::check_threads_and_shards(c, {2, 3, 5});
       std::int64_t tot = 0;
       for (const auto& g : one.compressed) tot += g.trials;
       CHECK(tot == c.trials * c.groups());

@@ -2,7 +2,10 @@
 // Small sweep configurations shared by the sim tests (determinism, general path, golden values).
 // The golden values in tests/data/golden_sim.json are recorded from these: changing one changes
 // them (regenerate as tests/test_sim_golden.cpp says).
+#include <initializer_list>
 #include <string_view>
+
+#include <catch2/catch.hpp>
 
 #include <kvphase/compress/spec.hpp>
 #include <kvphase/sim/sweep.hpp>
@@ -56,6 +59,36 @@ inline sim::sweep_config small_general_sweep(std::string_view t, compress::opera
   c.modulus = t == "padding" ? 0 : 8;  // padding: the groups are the lengths
   c.window = 4;
   return c;
+}
+
+
+/// Runs c with 1 and 2 threads and split into n shards for every n of `splits` (shard i on
+/// 1 + i % 2 threads, counts added), and checks every count is bitwise the one-thread run's.
+/// Returns the one-thread result.
+inline sim::sweep_result check_threads_and_shards(sim::sweep_config c, std::initializer_list<index_t> splits) {
+  c.shard = {};
+  c.threads = 1;
+  const auto one = sim::run_sweep(c);
+  c.threads = 2;
+  const auto two = sim::run_sweep(c);
+  CHECK(one.compressed == two.compressed);
+  CHECK(one.full == two.full);
+  for (index_t n : splits) {
+    INFO("shards " << n);
+    std::vector<sim::group_stats> comp(one.compressed.size()), full(one.full.size());
+    for (index_t i = 0; i < n; ++i) {
+      c.shard = {i, n};
+      c.threads = static_cast<int>(1 + i % 2);
+      const auto part = sim::run_sweep(c);
+      for (std::size_t g = 0; g < comp.size(); ++g) {
+        comp[g] += part.compressed[g];
+        full[g] += part.full[g];
+      }
+    }
+    CHECK(comp == one.compressed);
+    CHECK(full == one.full);
+  }
+  return one;
 }
 
 }  // namespace kvphase::test
