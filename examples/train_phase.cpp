@@ -25,11 +25,13 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kvphase/io/csv.hpp"
 #include "kvphase/io/json.hpp"
 #include "kvphase/io/provenance.hpp"
+#include "kvphase/io/train_units.hpp"
 #include "kvphase/stats/gap.hpp"
 #include "kvphase/stats/intervals.hpp"
 #include "kvphase/stats/periodicity.hpp"
@@ -53,63 +55,12 @@ struct job_result {
   bool done = false;
 };
 
-// ---- unit files: one (variant, seed) unit's results, exactly (JSON numbers round-trip doubles) ----
+// ---- unit files (io/train_units.hpp): one (variant, seed) unit's results, exactly ----
 io::ordered_json unit_to_json(const job_result& j) {
-  io::ordered_json u;
-  u["variant"] = j.v.name();
-  u["seed"] = j.seed;
-  u["final_loss"] = j.trained.final_loss;
-  u["final_accuracy"] = j.trained.final_accuracy;
-  u["seconds"] = j.trained.seconds;
-  io::ordered_json hist = io::ordered_json::array();
-  for (const auto& g : j.trained.history)
-    hist.push_back({{"step", g.step}, {"loss", g.loss}, {"accuracy", g.accuracy}, {"profile", g.profile}});
-  u["history"] = hist;
-  u["final_gates"] = j.final_gates;
-  io::ordered_json abl = io::ordered_json::array();
-  for (const auto& r : j.ablation)
-    abl.push_back({{"component", r.component}, {"layer", r.layer}, {"head", r.head}, {"hits", r.counts.hits},
-                   {"trials", r.counts.trials}, {"mean_margin", r.counts.mean_margin}});
-  u["ablation"] = abl;
-  return u;
-}
-
-/// Reads one unit of a train_units.json into j; `positions` is the task's target_end(). Every
-/// count vector must have one entry per position with 0 <= hits <= trials and trials >= 1, and
-/// every gate weight must be in [0, 1], or kvphase::error names the unit.
-void unit_from_json(const io::ordered_json& u, job_result& j, index_t positions) {
-  j.trained.final_loss = u.at("final_loss").get<double>();
-  j.trained.final_accuracy = u.at("final_accuracy").get<double>();
-  j.trained.seconds = u.at("seconds").get<double>();
-  for (const auto& g : u.at("history"))
-    j.trained.history.push_back({.step = g.at("step").get<index_t>(),
-                                 .loss = g.at("loss").get<double>(),
-                                 .accuracy = g.at("accuracy").get<double>(),
-                                 .profile = g.at("profile").get<std::vector<std::vector<double>>>()});
-  j.final_gates = u.at("final_gates").get<std::vector<std::vector<double>>>();
-  const std::string unit = j.v.name() + " seed " + std::to_string(j.seed);
-  for (const auto& row : j.final_gates)
-    for (double w : row) require(std::isfinite(w) && w >= 0.0 && w <= 1.0, "final_gates", unit, "weights must be in [0, 1]");
-  for (const auto& r : u.at("ablation")) {
-    ablation_row row;
-    row.component = r.at("component").get<std::string>();
-    row.layer = r.at("layer").get<index_t>();
-    row.head = r.at("head").get<index_t>();
-    row.counts.hits = r.at("hits").get<std::vector<std::int64_t>>();
-    row.counts.trials = r.at("trials").get<std::vector<std::int64_t>>();
-    row.counts.mean_margin = r.at("mean_margin").get<std::vector<double>>();
-    require(row.counts.hits.size() == row.counts.trials.size() && row.counts.hits.size() == row.counts.mean_margin.size(),
-            "ablation", row.component, "hits, trials and mean_margin must have one entry per position");
-    require(static_cast<index_t>(row.counts.hits.size()) == positions, "ablation", unit + " " + row.component,
-            "must have " + std::to_string(positions) + " positions (the task's target positions)");
-    for (std::size_t p = 0; p < row.counts.hits.size(); ++p)
-      require(row.counts.trials[p] >= 1 && row.counts.hits[p] >= 0 && row.counts.hits[p] <= row.counts.trials[p], "ablation",
-              unit + " " + row.component, "needs trials >= 1 and 0 <= hits <= trials at every position");
-    j.ablation.push_back(std::move(row));
-  }
-  require(!j.ablation.empty() && j.ablation[0].component == "none", "ablation", j.v.name(),
-          "must start with the baseline row (component none)");
-  j.done = true;
+  return io::to_json(io::train_unit{.variant = j.v.name(), .seed = j.seed, .trained = {.params = {},
+                                     .history = j.trained.history, .final_loss = j.trained.final_loss,
+                                     .final_accuracy = j.trained.final_accuracy, .seconds = j.trained.seconds},
+                                     .ablation = j.ablation, .final_gates = j.final_gates});
 }
 
 // Per-phase summary of one trained model.
@@ -294,22 +245,39 @@ int main(int argc, char** argv) {
       for (const auto& path : merge_files) {
         std::ifstream in(path, std::ios::binary);
         require(static_cast<bool>(in), "--merge", path, "cannot be opened");
-        const io::ordered_json file = io::read_json(in, path);
-        require(file.contains("config") && file.contains("units") && file.at("units").is_array(), "--merge", path,
-                "must be a train_units.json written by train_phase --shard");
-        require(nlohmann::json::parse(file.at("config").dump()) == cfg, "--merge", path,
-                "has a different configuration than these flags: " + file.at("config").dump());
-        try {
-          for (const auto& u : file.at("units")) {
-            const std::string name = u.at("variant").get<std::string>();
-            const auto sd = u.at("seed").get<std::uint64_t>();
-            auto it = std::find_if(jobs.begin(), jobs.end(), [&](const job_result& j) { return j.v.name() == name && j.seed == sd; });
-            require(it != jobs.end(), "--merge", path, "has unit " + name + " seed " + std::to_string(sd) + " outside this configuration");
-            require(!it->done, "--merge", path, "repeats unit " + name + " seed " + std::to_string(sd));
-            unit_from_json(u, *it, task.target_end());
-          }
-        } catch (const nlohmann::json::exception& e) {  // a member missing or of the wrong type
-          fail("--merge", path, std::string("is not a valid train_units.json: ") + e.what());
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        auto file = io::parse_train_units(text, path, task.target_end());
+        require(nlohmann::json::parse(file.config.dump()) == cfg, "--merge", path,
+                "has a different configuration than these flags: " + file.config.dump());
+        for (auto& u : file.units) {
+          auto it = std::find_if(jobs.begin(), jobs.end(), [&](const job_result& j) { return j.v.name() == u.variant && j.seed == u.seed; });
+          const std::string unit = u.variant + " seed " + std::to_string(u.seed);
+          require(it != jobs.end(), "--merge", path, "has unit " + unit + " outside this configuration");
+          require(!it->done, "--merge", path, "repeats unit " + unit);
+          // shapes follow the variant's model: L·H gate rows of W weights (none for full attention),
+          // the baseline plus one row per head and per layer in the ablation matrix
+          const auto& m = it->v.model;
+          const std::size_t rows = static_cast<std::size_t>(m.layers * m.heads());
+          const std::size_t slots = m.compressed() ? static_cast<std::size_t>(m.spec.grid.window) : 0;
+          auto gates_fit = [&](const std::vector<std::vector<double>>& g) {
+            return g.size() == rows && std::all_of(g.begin(), g.end(), [&](const auto& r) { return r.size() == slots; });
+          };
+          require(gates_fit(u.final_gates) && std::all_of(u.trained.history.begin(), u.trained.history.end(),
+                                                          [&](const auto& h) { return gates_fit(h.profile); }),
+                  "--merge", path, "unit " + unit + ": gate profiles must have " + std::to_string(rows) + " rows of " +
+                                       std::to_string(slots) + " weights (this configuration's heads and window)");
+          const auto expected = ablation_components(m);
+          bool rows_fit = u.ablation.size() == expected.size();
+          for (std::size_t r = 0; rows_fit && r < expected.size(); ++r)
+            rows_fit = std::tie(u.ablation[r].component, u.ablation[r].layer, u.ablation[r].head) ==
+                       std::tie(expected[r].component, expected[r].layer, expected[r].head);
+          require(rows_fit, "--merge", path,
+                  "unit " + unit + ": the ablation matrix must have the " + std::to_string(expected.size()) +
+                      " rows ablation_matrix writes for this configuration (baseline, every head, every layer, in order)");
+          it->trained = std::move(u.trained);
+          it->ablation = std::move(u.ablation);
+          it->final_gates = std::move(u.final_gates);
+          it->done = true;
         }
       }
       for (const auto& j : jobs)

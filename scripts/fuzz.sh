@@ -4,7 +4,7 @@
 # (crash, sanitizer report, leak, uncaught non-kvphase exception, violated round trip, a hang over
 # 10 s, an allocation over 1 GB).
 #   scripts/fuzz.sh [seconds]        each target for `seconds` (-max_total_time); without it,
-#                                    a total budget of KVPHASE_FUZZ_BUDGET seconds (default 180)
+#                                    a total budget of KVPHASE_FUZZ_BUDGET seconds (default 120)
 #                                    shared by the targets, at least 10 s each
 #   KVPHASE_FUZZ_RUNS=N scripts/fuzz.sh   each target for N executions instead (the long run)
 #   KVPHASE_FUZZ_TARGETS="sweep_csv cli"  only these targets (default: every tests/fuzz/fuzz_*.cpp)
@@ -17,7 +17,7 @@ runs="${KVPHASE_FUZZ_RUNS:-}"
 all_targets=$(for f in tests/fuzz/fuzz_*.cpp; do basename "$f" .cpp; done | sed 's/^fuzz_//' | tr '\n' ' ')
 targets="${KVPHASE_FUZZ_TARGETS:-$all_targets}"
 count=$(echo $targets | wc -w)
-budget="${KVPHASE_FUZZ_BUDGET:-180}"
+budget="${KVPHASE_FUZZ_BUDGET:-120}"
 per=$(( budget / count )); if [ "$per" -lt 10 ]; then per=10; fi
 seconds="${1:-$per}"
 if ! command -v clang++ > /dev/null; then

@@ -1,10 +1,12 @@
 // Training loop, evaluation by phase, ablation matrix and mitigation variants.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kvphase/train/mitigations.hpp"
+#include "kvphase/io/train_units.hpp"
 #include "kvphase/train/trainer.hpp"
 
 using namespace kvphase;
@@ -85,6 +87,16 @@ TEST_CASE("train: phase grouping and ablation matrix", "[train]") {
   CHECK(rows[3].head == -1);
   CHECK(rows[6].component == "l1");
   CHECK(rows[0].counts.hits == evaluate(data, mc, p, ec).hits);
+  // each row is the evaluation with exactly its component knocked out
+  std::vector<double> head_1(static_cast<std::size_t>(mc.layers * mc.heads()), 1.0), layer_1 = head_1;
+  head_1[1] = 0.0;
+  for (index_t h = 0; h < mc.heads(); ++h) layer_1[static_cast<std::size_t>(mc.heads() + h)] = 0.0;
+  CHECK(rows[2].component == "l0.h1");
+  CHECK(rows[2].counts.hits == evaluate(data, mc, p, ec, &head_1).hits);
+  CHECK(rows[6].counts.hits == evaluate(data, mc, p, ec, &layer_1).hits);
+  const auto names = ablation_components(mc);
+  REQUIRE(names.size() == rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) CHECK(names[r].component == rows[r].component);
   std::vector<double> bad(3, 1.0);
   CHECK_THROWS_AS(evaluate(data, mc, p, ec, &bad), kvphase::error);
 }
@@ -168,4 +180,58 @@ TEST_CASE("train: mitigation variants change exactly one thing", "[train]") {
   mitigation_settings none;
   none.blur_kernel.clear();
   CHECK_THROWS_AS(make_variant(mitigation::blur, base, tb, none), kvphase::error);
+}
+
+TEST_CASE("train: unit files (io/train_units.hpp) round-trip exactly and refuse bad members by name", "[train][io]") {
+  namespace io = kvphase::io;
+  const retrieval_data data(tiny_task());
+  model_config mc;
+  mc.head_dim = 8;
+  const train_config tc{.steps = 20, .batch = 8, .profile_every = 10, .log_every = 0};
+  const train_result t = train_model(data, mc, tc);
+  const eval_config ec{.trials_per_position = 2, .seed = 3};
+  io::train_unit u{.variant = "plain", .seed = 7, .trained = t, .ablation = ablation_matrix(data, mc, t.params, ec),
+                   .final_gates = slot_gate_profile(mc, t.params)};
+  u.trained.params = {};
+  const index_t P = data.task().target_end();
+  const io::ordered_json file = {{"config", {{"quick", true}}}, {"shard", "0/1"}, {"units", {io::to_json(u)}}};
+  const auto back = io::parse_train_units(io::json_text(file), "units.json", P);
+  REQUIRE(back.units.size() == 1);
+  const auto& b = back.units[0];
+  CHECK(b.variant == "plain");
+  CHECK(b.seed == 7);
+  CHECK(b.trained.final_loss == u.trained.final_loss);  // doubles round-trip exactly
+  CHECK(b.final_gates == u.final_gates);
+  REQUIRE(b.trained.history.size() == u.trained.history.size());
+  CHECK(b.trained.history.back().profile == u.trained.history.back().profile);
+  REQUIRE(b.ablation.size() == u.ablation.size());
+  CHECK(b.ablation[1].counts.hits == u.ablation[1].counts.hits);
+  CHECK(b.ablation[1].counts.mean_margin == u.ablation[1].counts.mean_margin);
+
+  auto message = [&](const std::function<void(io::ordered_json&)>& edit, index_t positions) {
+    io::ordered_json f = file;
+    edit(f);
+    try {
+      (void)io::parse_train_units(io::json_text(f), "units.json", positions);
+    } catch (const kvphase::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  using Catch::Matchers::Contains;
+  auto unit0 = [](io::ordered_json& f) -> io::ordered_json& { return f["units"][0]; };
+  CHECK_THAT(message([&](auto& f) { unit0(f)["ablation"][0]["hits"][0] = 1000; }, P),
+             Contains("units.json units[0] (plain seed 7).ablation[0].hits[0]") && Contains("must be an integer in [0, 2]"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["ablation"][0]["trials"][0] = 0; }, P), Contains("trials[0]"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["ablation"][0]["hits"][0] = 0.5; }, P), Contains("must be an integer"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["final_gates"][0][0] = 1.5; }, P),
+             Contains("final_gates[0][0]") && Contains("must be in [0, 1]"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["seed"] = -1; }, P), Contains("units[0].seed"));
+  CHECK_THAT(message([&](auto& f) { unit0(f).erase("history"); }, P), Contains(".history") && Contains("is required"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["ablation"][0]["component"] = "l0.h0"; }, P), Contains("baseline row"));
+  CHECK_THAT(message([&](auto& f) { unit0(f)["history"][0]["step"] = -3; }, P), Contains("history[0].step"));
+  CHECK_THAT(message([](auto& f) { f["units"] = "x"; }, P), Contains("units.json.units") && Contains("must be an array"));
+  CHECK_THAT(message([](auto&) {}, P + 1), Contains("must be an array of " + std::to_string(P + 1) + " entries"));
+  CHECK_THAT(message([](auto& f) { f.erase("config"); }, P), Contains("units.json.config"));
+  CHECK_THROWS_AS(io::parse_train_units("{", "units.json", P), kvphase::error);
 }

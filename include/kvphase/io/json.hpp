@@ -14,6 +14,8 @@
 /// the source, the byte offset, line and column. Error texts quote at most a short excerpt.
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstddef>
 #include <initializer_list>
 #include <istream>
@@ -132,6 +134,61 @@ const Json& require_member(const Json& j, std::string_view key, std::string_view
   const auto it = j.find(std::string(key));
   if (it == j.end()) fail(std::string(where) + "." + std::string(key), "(absent)", "is required");
   return *it;
+}
+
+/// `v` as an integer in [lo, hi]; throws kvphase::error naming `where`, an excerpt of the value
+/// and the range otherwise (a fraction, a string or an out-of-range number never converts).
+template <class Json>
+std::int64_t json_integer(const Json& v, std::string_view where, std::int64_t lo, std::int64_t hi) {
+  const std::string rule = "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!v.is_number_integer()) fail(where, detail::json_excerpt(v), rule);
+  if (v.is_number_unsigned()) {
+    const auto u = v.template get<std::uint64_t>();
+    if (hi < 0 || u > static_cast<std::uint64_t>(hi) || (lo > 0 && u < static_cast<std::uint64_t>(lo)))
+      fail(where, detail::json_excerpt(v), rule);
+    return static_cast<std::int64_t>(u);
+  }
+  const auto x = v.template get<std::int64_t>();
+  if (x < lo || x > hi) fail(where, x, rule);
+  return x;
+}
+
+/// `v` as an unsigned 64-bit integer (e.g. a seed); throws kvphase::error naming `where` otherwise.
+template <class Json>
+std::uint64_t json_unsigned(const Json& v, std::string_view where) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.template get<std::int64_t>() < 0))
+    fail(where, detail::json_excerpt(v), "must be a non-negative integer below 2^64");
+  return v.template get<std::uint64_t>();
+}
+
+/// `v` as a finite number in [lo, hi]; throws kvphase::error naming `where` otherwise.
+template <class Json>
+double json_number(const Json& v, std::string_view where, double lo, double hi) {
+  if (!v.is_number()) fail(where, detail::json_excerpt(v), "must be a number");
+  const double x = v.template get<double>();
+  if (!(x >= lo && x <= hi)) {
+    auto text = [](double d) {
+      char buf[64];
+      return std::string(buf, std::to_chars(buf, buf + sizeof buf, d).ptr);
+    };
+    fail(where, x, "must be in [" + text(lo) + ", " + text(hi) + "]");
+  }
+  return x;
+}
+
+/// `v` as a string; throws kvphase::error naming `where` otherwise.
+template <class Json>
+std::string json_string(const Json& v, std::string_view where) {
+  if (!v.is_string()) fail(where, detail::json_excerpt(v), "must be a string");
+  return v.template get<std::string>();
+}
+
+/// `v` as an array of at most `max_size` elements; throws kvphase::error naming `where` otherwise.
+template <class Json>
+const Json& json_array(const Json& v, std::string_view where, std::size_t max_size) {
+  if (!v.is_array()) fail(where, detail::json_excerpt(v), "must be an array");
+  if (v.size() > max_size) fail(where, v.size(), "must have at most " + std::to_string(max_size) + " elements");
+  return v;
 }
 
 }  // namespace kvphase::io

@@ -255,25 +255,36 @@ struct ablation_row {
   position_counts counts;
 };
 
-/// Baseline plus every single head and every whole layer knocked out (c = 0), each evaluated on
-/// the same contexts. Per-phase drops = baseline recall − row recall.
-inline std::vector<ablation_row> ablation_matrix(const retrieval_data& data, const model_config& cfg,
-                                                 const model_params& params, const eval_config& ec) {
+/// The rows of the ablation matrix, in order: the baseline ("none", layer −1, head −1), then for
+/// every layer l each head ("l<l>.h<h>") and, when the model has more than one head in all, the
+/// whole layer ("l<l>", head −1).
+inline std::vector<ablation_row> ablation_components(const model_config& cfg) {
   const index_t L = cfg.layers, H = cfg.heads();
   std::vector<ablation_row> rows;
-  rows.push_back({"none", -1, -1, evaluate(data, cfg, params, ec)});
-  std::vector<double> scale(static_cast<std::size_t>(L * H), 1.0);
+  rows.push_back({"none", -1, -1, {}});
   for (index_t l = 0; l < L; ++l) {
-    for (index_t h = 0; h < H; ++h) {
-      scale.assign(scale.size(), 1.0);
-      scale[static_cast<std::size_t>(l * H + h)] = 0.0;
-      rows.push_back({"l" + std::to_string(l) + ".h" + std::to_string(h), l, h, evaluate(data, cfg, params, ec, &scale)});
+    for (index_t h = 0; h < H; ++h) rows.push_back({"l" + std::to_string(l) + ".h" + std::to_string(h), l, h, {}});
+    if (H > 1 || L > 1) rows.push_back({"l" + std::to_string(l), l, -1, {}});
+  }
+  return rows;
+}
+
+/// Baseline plus every single head and every whole layer knocked out (c = 0), each evaluated on
+/// the same contexts (rows as ablation_components). Per-phase drops = baseline recall − row recall.
+inline std::vector<ablation_row> ablation_matrix(const retrieval_data& data, const model_config& cfg,
+                                                 const model_params& params, const eval_config& ec) {
+  const index_t H = cfg.heads();
+  auto rows = ablation_components(cfg);
+  std::vector<double> scale(static_cast<std::size_t>(cfg.layers * H), 1.0);
+  for (auto& row : rows) {
+    if (row.layer < 0) {
+      row.counts = evaluate(data, cfg, params, ec);
+      continue;
     }
-    if (H > 1 || L > 1) {
-      scale.assign(scale.size(), 1.0);
-      for (index_t h = 0; h < H; ++h) scale[static_cast<std::size_t>(l * H + h)] = 0.0;
-      rows.push_back({"l" + std::to_string(l), l, -1, evaluate(data, cfg, params, ec, &scale)});
-    }
+    scale.assign(scale.size(), 1.0);
+    for (index_t h = 0; h < H; ++h)
+      if (row.head < 0 || row.head == h) scale[static_cast<std::size_t>(row.layer * H + h)] = 0.0;
+    row.counts = evaluate(data, cfg, params, ec, &scale);
   }
   return rows;
 }
