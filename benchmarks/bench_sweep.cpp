@@ -10,10 +10,28 @@
 //                                 and full models on the same keys; gen_frac = trials/s × normals
 //                                 per trial / generator normals/s at the same thread count;
 //   BM_score_space/threads:T      the same trials by the exact score-space engine (N normals);
+//   BM_general_stages/N           the general (faithful) path's stages, one thread, d = 64, V4-CSA
+//                                 (W = 8, S = 4, RoPE on 64 channels): FLOP per CPU-second of each
+//                                 stage over the in-run FMA peak per CPU-second (<stage>_frac):
+//                                   projections  compress::project_tokens, random V4 parameters
+//                                                (payload and gate maps, 64 × 128 each: 8·N·d·c FLOP)
+//                                   pooling      compress::compress_into, planted parameters (no
+//                                                maps; FLOP counted: the weighted sums, 2·E·2c·S;
+//                                                the softmax's exponentials are not counted)
+//                                   rope         general_model::rotate_rows, N rows × 32 pairs
+//                                                (6 FLOP per pair, double)
+//                                   scoring      attention::score_rows, one query × N rows (2·N·d)
+//                                   attention    attention::full_attention, one query, dv = 64
+//                                                (2·N·(d + dv))
 //   *_smoke                       tiny versions for ctest.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <kvphase/attention/full.hpp>
+#include <kvphase/attention/kernels.hpp>
+#include <kvphase/compress/pool.hpp>
+#include <kvphase/compress/presets.hpp>
+#include <kvphase/sim/general_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
 #include <kvphase/sim/normal.hpp>
 #include <kvphase/sim/sweep.hpp>
@@ -22,7 +40,9 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "roofline.hpp"
@@ -197,6 +217,89 @@ void run_trials(benchmark::State& state, index_t N, sim::engine_kind e, index_t 
   state.SetItemsProcessed(trials);
 }
 
+
+/// GFLOP per CPU-second of f (flop FLOP per call): calls repeated until `seconds` of CPU, median
+/// of `reps` such runs.
+double stage_gflops(const std::function<void()>& f, double flop, double seconds, int reps = 5) {
+  std::vector<double> rates;
+  f();  // warm (buffers, tables)
+  for (int r = 0; r < reps; ++r) {
+    std::int64_t calls = 0;
+    const double c0 = thread_cpu_seconds();
+    double el = 0;
+    while ((el = thread_cpu_seconds() - c0) < seconds) {
+      f();
+      ++calls;
+    }
+    rates.push_back(flop * static_cast<double>(calls) / el * 1e-9);
+  }
+  return kvphase::bench::median(rates);
+}
+
+/// The general path's stages at N tokens, d = 64 (see the file comment): one thread.
+void general_stages(benchmark::State& state, double seconds, int peak_reps) {
+  namespace compress = kvphase::compress;
+  namespace attention = kvphase::attention;
+  using kvphase::matrix_t;
+  const index_t N = state.range(0), d = 64;
+  const compress::operator_spec op = compress::v4_csa();
+  const index_t E = op.grid.num_entries(N), S = op.grid.stride;
+  matrix_t<float> X(N, d);
+  sim::normal_state st = sim::seed_normal_state(1, 0);
+  std::vector<float> blocks;
+  sim::key_space_keys(st, d, X.data(), N, blocks);
+  const auto rnd = compress::make_preset_params<float>(op, d, 1);
+  const auto planted = compress::planted_params<float>(op, d, compress::params_kind::planted_early);
+  matrix_t<float> out(E, d);
+  compress::compress_workspace<float> ws;
+  const compress::compress_options one{.threads = 1};
+  // the model only for its RoPE table: value width 2 keeps its rows d + 2 wide
+  sim::model_config mc;
+  mc.params = compress::params_kind::planted_early;
+  const sim::general_model gm(op, d, 2, 128, mc, 0);
+  matrix_t<float> R(N, gm.width());
+  R.setZero();
+  matrix_t<float> q(1, d), o(1, d);
+  for (index_t i = 0; i < d; ++i) q(0, i) = X(N / 2, i);
+  std::vector<float> s(static_cast<std::size_t>(N));
+  const double dd = static_cast<double>(d), NN = static_cast<double>(N);
+  const int pairs = static_cast<int>(op.rope.rope_dim / 2);
+  std::map<std::string, double> g;
+  double peak = 0;
+  for (auto _ : state) {
+    const double p0 = kvphase::bench::fma_peak_gflops_per_cpu_second<float>(1, peak_reps);
+    g["projections"] = stage_gflops([&] {
+      auto t = compress::project_tokens<float>(op, rnd, kvphase::matrix_view<float>(X.data(), N, d), 0, one);
+      kvphase::bench::keep(t.payload(0, 0));
+    }, 8.0 * NN * dd * dd, seconds);
+    g["pooling"] = stage_gflops([&] {
+      compress::compress_into<float>(op, planted, kvphase::matrix_view<float>(X.data(), N, d), kvphase::matrix_mut_view<float>(out.data(), E, d), 0,
+                                     one, &ws);
+      kvphase::bench::keep(out(0, 0));
+    }, 2.0 * static_cast<double>(E) * 2.0 * dd * static_cast<double>(S), seconds);
+    g["rope"] = stage_gflops([&] {
+      gm.rotate_rows(R.data(), N);
+      kvphase::bench::keep(R(0, 0));
+    }, 6.0 * NN * pairs, seconds);
+    g["scoring"] = stage_gflops([&] {
+      attention::score_rows<float>(q.data(), X.data(), d, N, d, 0.125f, s.data());
+      kvphase::bench::keep(s[7]);
+    }, 2.0 * NN * dd, seconds);
+    g["attention"] = stage_gflops([&] {
+      attention::full_attention<float>(q, X, X, attention::attention_params{.scale = 0.125, .threads = 1}, o);
+      kvphase::bench::keep(o(0, 0));
+    }, 2.0 * NN * (dd + dd), seconds);
+    peak = 0.5 * (p0 + kvphase::bench::fma_peak_gflops_per_cpu_second<float>(1, peak_reps));
+  }
+  state.counters["fma_peak_gflops"] = peak;
+  for (const auto& [k, v] : g) {
+    state.counters[k + "_gflops"] = v;
+    state.counters[k + "_frac"] = v / peak;
+  }
+}
+void BM_general_stages(benchmark::State& state) { general_stages(state, 0.05, 7); }
+void BM_general_stages_smoke(benchmark::State& state) { general_stages(state, 0.001, 1); }
+
 void BM_key_space(benchmark::State& state) { run_trials(state, 8192, sim::engine_kind::key, 64); }
 void BM_score_space(benchmark::State& state) { run_trials(state, 8192, sim::engine_kind::score, 2048); }
 void BM_key_space_smoke(benchmark::State& state) { run_trials(state, 1024, sim::engine_kind::key, 4, false); }
@@ -219,5 +322,7 @@ BENCHMARK(BM_score_space)->ArgName("threads")->Arg(1)->Arg(2)->UseManualTime()->
 BENCHMARK(BM_key_space_smoke)->ArgName("threads")->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_score_space_smoke)->ArgName("threads")->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_generator_smoke)->UseRealTime();
+BENCHMARK(BM_general_stages)->ArgName("N")->Arg(32768)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_general_stages_smoke)->ArgName("N")->Arg(1024)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

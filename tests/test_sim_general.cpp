@@ -9,6 +9,8 @@
 #include <kvphase/sim/general_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
 #include <kvphase/sim/sweep.hpp>
+#include <kvphase/stats/periodicity.hpp>
+#include <kvphase/stats/uniformity.hpp>
 #include <kvphase/theory/heads.hpp>
 
 #include <algorithm>
@@ -468,4 +470,41 @@ TEST_CASE("general path: heads with grid offsets h*S/H follow theory/heads withi
       CHECK(std::abs(p - R) <= 4 * se);
     }
   }
+}
+
+TEST_CASE("faithful V4-CSA at 32K: kv-pairs periodic at S = 4, full attention flat", "[sim][general][phase][slow]") {
+  // docs/sim.md "V4-CSA at 32K": the V4-CSA compressor (W = 8, S = 4, RMSNorm, RoPE at the
+  // entry's start on the last 8 channels), planted early-slot profile, indexer top-512, raw
+  // window 128, V4's softmax scale 1/sqrt(d). The slot profile leaves the best-matching entry
+  // the target's value at weight ≈ .018 when the key starts at ≡ 0 (mod 4) and ≥ .13 elsewhere,
+  // so phases 0 and 4 are the weak ones; full attention does not see the grid.
+  sim::sweep_config c;
+  c.task = kvphase::tasks::kv_pairs_config{.context = 32768, .dim = 64, .pairs = 4000, .query_noise = 1.0,
+                                           .logit_scale = 0.0};
+  c.op = compress::v4_csa();
+  c.op.rope.rope_dim = 8;
+  c.window = 128;
+  c.model = {.kind = sim::model_kind::csa, .top_k = 512, .params = compress::params_kind::planted_early};
+  c.modulus = 8;
+  c.trials = 60;
+  c.seed = 1;
+  c.threads = 1;
+  REQUIRE(c.general());
+  const auto r = sim::run_sweep(c);
+  std::vector<std::int64_t> hc, nc, hf, nf;
+  for (const auto& g : r.compressed) {
+    hc.push_back(g.hits);
+    nc.push_back(g.trials);
+  }
+  for (const auto& g : r.full) {
+    hf.push_back(g.hits);
+    nf.push_back(g.trials);
+  }
+  const auto per = kvphase::stats::periodicity_test(hc, nc, 8, 4);
+  const auto uni = kvphase::stats::uniformity_test(hf, nf);
+  INFO("compressed period-4 p " << per.p << ", full uniformity p " << uni.p);
+  CHECK(per.p < 0.01);
+  CHECK(uni.p > 0.01);
+  for (index_t weak : {0, 4})
+    for (index_t strong : {1, 2, 5, 6}) CHECK(hc[static_cast<std::size_t>(weak)] < hc[static_cast<std::size_t>(strong)]);
 }

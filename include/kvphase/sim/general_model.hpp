@@ -335,11 +335,12 @@ class general_model {
                      b < N ? simd::max_value<float>(s + b, N - b) : ninf);
   }
 
- private:
   /// Rotates rows 0 … N−1 (width_ floats each) in place at their positions: exactly
   /// compress::apply_rope (the same double angles, cosines and sines, rounded once), from a table
-  /// of cos/sin per (position, pair) built once per model and extended as N grows.
+  /// of cos/sin per (position, pair) built once per model and extended as N grows. Public for the
+  /// stage benchmark (benchmarks/bench_sweep.cpp); run() calls it on the trial's rows.
   void rotate_rows(float* X, index_t N) const {
+    if (!rope_) return;
     const index_t P = freq_.rotated / 2;
     auto& tab = table_;
     const index_t have = static_cast<index_t>(tab.size()) / (2 * std::max<index_t>(P, 1));
@@ -364,6 +365,7 @@ class general_model {
     }
   }
 
+ private:
   compress::pool_params<float> make(index_t width, index_t head, std::uint64_t seed) const {
     return make_for(spec_, width, head, seed);
   }

@@ -22,6 +22,14 @@
 /// path o is the attention output itself (value rows [ν_code(j) | 1 for the target pair]; the
 /// last channel of o is the target's mass).
 ///
+/// Logit scale on the general (faithful) path: β is the attention's softmax scale. The default
+/// β = 1 with unit-variance keys puts the target's logit near d, a hard argmax under which an
+/// entry carrying the value at a small slot weight still decodes it, so a compressor's slot
+/// profile shows no phase effect; β = 1/√d (logit_scale 0, DeepSeek-V4's scale) lets the payload's
+/// weight decide (docs/sim.md, "V4-CSA at 32K"). Because value tokens also carry c·κ, some entry
+/// matches the key strongly at every phase; what a slot profile attenuates is the value payload
+/// of the shared key/value entry.
+///
 /// Target choice for residue group g (mod M): j* uniform in [P·depth_lo, P·depth_hi]; the gaps
 /// around it are widened by M/2 each (taken from the trailing filler) and the pair is shifted by
 /// the centred residue δ ∈ [−M/2, M/2) that puts its first key token at ≡ origin + g (mod M).
