@@ -1,5 +1,6 @@
 #pragma once
-// In-process rooflines for kvphase benchmarks. The machine is noisy (clock 3.2-3.6 GHz, 2-thread
+/// \file bench/roofline.hpp
+// In-process rooflines for kvphase benchmarks (benchmarks/, kvphase-bench, bench/gbench.hpp). The machine is noisy (clock 3.2-3.6 GHz, 2-thread
 // DRAM bandwidth swinging 2x between runs), so every benchmark states its speed as a fraction of
 // a limit measured in the same process, right next to the job:
 //   - fma_peak_gflops<Real>(threads): FMA throughput (float by default, or double) with 16
@@ -12,7 +13,9 @@
 //   - read_bandwidth_gbs(bytes, threads): bytes/s of that read on a private buffer.
 // Each figure is the median of `reps` repetitions, so a roofline and a job measured with the
 // same care give a ratio that is stable when absolute times are not.
+#if defined(_OPENMP)
 #include <omp.h>
+#endif
 #include <time.h>
 
 #include <algorithm>
@@ -43,6 +46,21 @@ inline void keep(const T& v) {
 }
 
 namespace detail {
+inline int thread_num() noexcept {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+inline int num_threads() noexcept {
+#if defined(_OPENMP)
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
 // 16 independent FMA chains of one vector each: throughput-bound, not latency-bound.
 template <class Real>
 [[gnu::noinline]] inline Real fma_chains(std::int64_t iters) {
@@ -133,8 +151,8 @@ inline double read_seconds(const float* x, std::size_t n, int threads, int reps 
     const auto t0 = clock_type::now();
 #pragma omp parallel num_threads(threads)
     {
-      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t t = static_cast<std::size_t>(detail::thread_num());
+      const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
       const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
       keep(detail::read_once(x + lo, hi - lo));
     }
