@@ -130,6 +130,7 @@ struct row {
   index_t reps = 0;
   double median_s = 0, min_s = 0, max_s = 0;
   double bytes = 0, flops = 0;
+  double read_bytes = 0;  // the part of bytes the read bound counts (inputs and weights)
   double fma_peak_gflops = 0, read_gbs = 0;
   std::string bound = "n/a";
   double bound_s = 0;
@@ -322,8 +323,8 @@ void finish_row(row& r, const timing& t, double probe_bytes) {
   r.max_s = *std::max_element(t.job.begin(), t.job.end());
   r.read_gbs = probe_bytes / kb::median(t.roof) * 1e-9;
   r.fma_peak_gflops = kb::median(t.peak);
-  kc::pass_cost c;  // the bound from bytes and flops alone
-  c.input_bytes = r.bytes;
+  kc::pass_cost c;  // the bound from the bytes read and the flops alone
+  c.input_bytes = r.read_bytes;
   c.pool_flops = r.flops;
   kc::pass_bound b{};
   r.bound_s = kc::bound_seconds(c, r.fma_peak_gflops, r.read_gbs, &b);
@@ -425,6 +426,7 @@ std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_f
         row r{.level = "compress", .name = j.label, .kind = kc::to_string(s.pool), .tokens = N, .dim = d,
               .out_dim = cost.out_dim, .threads = threads, .cache = cache};
         r.bytes = cost.bytes();
+        r.read_bytes = cost.read_bytes();
         r.flops = cost.flops();
         std::vector<std::string> args{"compress"};
         args.insert(args.end(), j.args.begin(), j.args.end());
@@ -551,6 +553,7 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
         row r{.level = "attention", .name = v.name, .kind = v.kind, .tokens = N, .dim = d, .out_dim = d,
               .threads = threads, .cache = cache};
         r.bytes = cost.bytes;
+        r.read_bytes = cost.bytes - static_cast<double>(M * d * sizeof(float));  // all but O
         r.flops = cost.flops;
         std::vector<std::string> args{"attention"};
         args.insert(args.end(), base_args.begin(), base_args.end());
@@ -769,7 +772,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> args;  // the operator flags as given
         for (const auto& a : given)
           if (a != "--cold") args.push_back(a);
-        compress_job j{.label = opf.preset, .op = opf, .shape = shape};
+        compress_job j{.label = opf.pool.empty() ? opf.preset : opf.preset + "/" + opf.pool, .op = opf, .shape = shape};
         // the row's command is rebuilt from the job: keep the operator flags only
         for (std::size_t i = 0; i < args.size(); ++i) {
           const std::string& a = args[i];

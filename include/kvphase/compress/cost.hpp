@@ -63,6 +63,7 @@ struct pass_cost {
   double rope_flops = 0;       ///< RoPE
 
   [[nodiscard]] double bytes() const noexcept { return input_bytes + weight_bytes + output_bytes; }
+  [[nodiscard]] double read_bytes() const noexcept { return input_bytes + weight_bytes; }
   [[nodiscard]] double flops() const noexcept { return projection_flops + pool_flops + norm_flops + rope_flops; }
   /// FLOP per byte (0 when no byte moves).
   [[nodiscard]] double intensity() const noexcept { return bytes() > 0 ? flops() / bytes() : 0.0; }
@@ -86,17 +87,20 @@ struct pass_cost {
 };
 
 /// Which bound a pass with this cost meets on a machine with the given FMA peak (GFLOP/s) and
-/// read bandwidth (GB/s): the one whose time (flops / peak or bytes / bandwidth) is longer.
+/// read bandwidth (GB/s): the one whose time is longer, flops / peak or the bytes it must read
+/// (inputs and weights) / bandwidth. Outputs are not part of the read bound (the compressor
+/// writes them with streaming stores while it reads; the project's read roofline, as in
+/// benchmarks/bench_compress.cpp).
 enum class pass_bound { memory, compute };
 
 inline const char* to_string(pass_bound b) noexcept { return b == pass_bound::memory ? "memory" : "compute"; }
 
-/// Seconds the bound allows for the pass: max(bytes / bandwidth, flops / peak).
+/// Seconds the bound allows for the pass: max((input + weight bytes) / bandwidth, flops / peak).
 /// Throws kvphase::error unless both rates are finite and > 0.
 inline double bound_seconds(const pass_cost& c, double peak_gflops, double bandwidth_gbs, pass_bound* which = nullptr) {
   require(std::isfinite(peak_gflops) && peak_gflops > 0, "peak_gflops", peak_gflops, "must be finite and > 0");
   require(std::isfinite(bandwidth_gbs) && bandwidth_gbs > 0, "bandwidth_gbs", bandwidth_gbs, "must be finite and > 0");
-  const double tm = c.bytes() / (bandwidth_gbs * 1e9), tc = c.flops() / (peak_gflops * 1e9);
+  const double tm = c.read_bytes() / (bandwidth_gbs * 1e9), tc = c.flops() / (peak_gflops * 1e9);
   if (which) *which = tc > tm ? pass_bound::compute : pass_bound::memory;
   return std::max(tm, tc);
 }
