@@ -1,5 +1,5 @@
 // Attention benchmarks: M queries × n compressed keys, d = dv = 128, float; scores + softmax + P·V
-// (4·M·n·d FLOP). Every row states its speed against a limit measured in the same process:
+// (4·M·n·d FLOP, attention/cost.hpp). Every row states its speed against a limit measured in the same process:
 //   peak_frac = achieved FLOP/s / FMA peak of the same precision on the path the binary was
 //               compiled for (roofline.hpp: AVX-512 with -march=native, AVX2 with -march=haswell;
 //               the row's label names it), for the compute-bound batch;
@@ -23,6 +23,7 @@
 #include <benchmark/benchmark.h>
 
 #include <kvphase/attention/compressed.hpp>
+#include <kvphase/attention/cost.hpp>
 #include <kvphase/attention/detail/flash_xsimd.hpp>
 #include <kvphase/attention/full.hpp>
 #include <kvphase/attention/kernels.hpp>
@@ -58,7 +59,7 @@ struct problem_t {
       for (index_t i = 0; i < m->size(); ++i) m->data()[i] = nd(g);
     O.setZero();
   }
-  [[nodiscard]] double flops() const { return 4.0 * double(M) * double(n) * double(d); }
+  [[nodiscard]] double flops() const { return kvphase::attention::dense_cost(M, n, d, d).flops; }
   [[nodiscard]] double kv_bytes() const { return 2.0 * double(n) * double(d) * sizeof(Real); }
 };
 using problem = problem_t<float>;
@@ -157,7 +158,7 @@ void causal(benchmark::State& state, index_t n, index_t d) {
     att::full_attention<float>(p.Q, p.K, p.V, prm, p.O);
     return p.O(0, 0);
   });
-  report_flops(state, 4.0 * double(d) * double(n) * double(n + 1) / 2.0, secs, threads);
+  report_flops(state, att::causal_cost(n, d, d).flops, secs, threads);
 }
 
 // Compressed attention (joint: visible entries + raw window) for the last M of N tokens.
@@ -170,9 +171,8 @@ void compressed(benchmark::State& state, index_t M, index_t N, index_t d) {
   auto run = [&] {
     att::compressed_attention<float>(raw.Q, {}, cmp.K, cmp.V, grid, raw.K, raw.V, prm, raw.O);
   };
-  double flops = 0;
-  for (index_t t = N - M; t < N; ++t)
-    flops += 4.0 * double(d) * double(grid.num_visible(t) + std::min<index_t>(prm.window, t + 1));
+  const double flops =
+      att::compressed_cost({.grid = grid, .tokens = N, .queries = M, .window = prm.window, .d = d, .dv = d}).flops;
   run();
   const double secs = time_iterations(state, [&] {
     run();

@@ -205,3 +205,38 @@ add_test(NAME example.paper_findings_shard_merge
           "-DARGS=--finding;3;--quick;--threads;1" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/paper_findings_shard_merge
           -P ${CMAKE_CURRENT_SOURCE_DIR}/shard_merge_check.cmake)
 set_tests_properties(example.paper_findings_shard_merge PROPERTIES LABELS "example;findings" TIMEOUT 60)
+
+# kvphase-bench: each subcommand on a tiny shape (seconds), its CSV/JSON outputs with provenance,
+# a study file of two operators, --compare-torch without torch (a message, not an error), and a
+# bad value exits 2 naming the flag.
+set(_kv_bench_out ${CMAKE_CURRENT_BINARY_DIR}/bench_smoke)
+add_test(NAME bench_smoke.kvphase_bench_compress
+  COMMAND sh -c "set -e; mkdir -p '${_kv_bench_out}'; cd '${_kv_bench_out}'
+    '$<TARGET_FILE:kvphase-bench>' compress --all --context 256 --dim 64 --threads 1,2 --reps 2 --quiet --csv c.csv --json c.json > c.txt
+    grep -q '^# kvphase ' c.csv; grep -q '\"provenance\"' c.json
+    test $(grep -c '^compress,' c.csv) -eq 20
+    '$<TARGET_FILE:kvphase-bench>' compress --preset mean --context 256 --dim 64 --reps 2 --cold --quiet | grep -q ' cold '
+    grep -q 'v4-csa .*two_stream .*fma_peak\\|v4-csa .*two_stream .*read_bw' c.txt
+    '$<TARGET_FILE:kvphase-bench>' compress --preset v4-csa --context 256 --dim 128 --head-dim 64 --reps 3 --quiet --compare-torch > t.txt
+    echo ok")
+set_tests_properties(bench_smoke.kvphase_bench_compress PROPERTIES LABELS "bench_smoke;example" TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "ok")
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_study.json
+  "{\"study\": \"bench-smoke\", \"fixed\": {\"context\": 128, \"dim\": 32}, \"axes\": {\"preset\": [\"mean\", \"gated\"]}}\n")
+add_test(NAME bench_smoke.kvphase_bench_study
+  COMMAND kvphase-bench compress --study ${CMAKE_CURRENT_BINARY_DIR}/bench_smoke_study.json --reps 2 --quiet)
+set_tests_properties(bench_smoke.kvphase_bench_study PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "preset=mean +mean .*preset=gated +slot_gate ")
+add_test(NAME bench_smoke.kvphase_bench_attention
+  COMMAND kvphase-bench attention --context 512 --dim 32 --queries 16 --raw-window 32 --topk 8 --select-blocks 4
+          --select-block 16 --threads 1,2 --reps 2 --quiet)
+set_tests_properties(bench_smoke.kvphase_bench_attention PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "compressed\\+window.*topk.*nsa.*decode")
+add_test(NAME bench_smoke.kvphase_bench_trial
+  COMMAND kvphase-bench trial --reps 5 --quiet)
+set_tests_properties(bench_smoke.kvphase_bench_trial PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "needle-mean.*gen_share 0\\.")
+add_test(NAME bench_smoke.kvphase_bench_bad_value
+  COMMAND sh -c "'$<TARGET_FILE:kvphase-bench>' compress --preset mean --head-dim 16 --dim 32 --context 64 --quiet 2>&1; test $? -eq 2 && echo exit-2")
+set_tests_properties(bench_smoke.kvphase_bench_bad_value PROPERTIES LABELS "bench_smoke;example" TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "head-dim = 16: needs a pool with a payload projection.*exit-2")

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvphase/attention/compressed.hpp>
+#include <kvphase/attention/cost.hpp>
 #include <kvphase/attention/full.hpp>
 #include <kvphase/compress/grid.hpp>
 #include <kvphase/core/simd.hpp>
@@ -335,4 +336,40 @@ TEST_CASE("compressed attention rejects bad shapes and parameters, naming them",
                     Catch::Contains("selection.gates.size()"));
   CHECK_THROWS_WITH(att::full_attention<double>(Q.topRows(3), K, V, std::vector<index_t>{0, 1}, {}, O.topRows(3)),
                     Catch::Contains("pos.size()"));
+}
+
+// ---- cost model (attention/cost.hpp): hand counts ----------------------------------------------
+
+TEST_CASE("attention cost: compressed + window, top-k and NSA blocks, by hand", "[attention][cost]") {
+  namespace att = kvphase::attention;
+  // W = S = 4 over 16 tokens, the last 2 queries (t = 14: 3 visible entries, t = 15: 4), window 4
+  att::compressed_call s{.grid = {.window = 4, .stride = 4}, .tokens = 16, .queries = 2, .window = 4, .d = 2, .dv = 2};
+  auto c = att::compressed_cost(s);
+  CHECK(c.attended == 3 + 4 + 4 + 4);
+  CHECK(c.flops == 15 * 2 * (2 + 2));
+  // Q and O 2 rows, 4 entries, raw rows 11 … 15 (the union of both windows), 4 channels each
+  CHECK(c.bytes == (2 * 2 + 2 * 2 + 4 * 4 + 5 * 4) * 4);
+  // top-2 of the visible entries, indexer of H = 1, dI = 2 over 3 + 4 visible entries
+  s.top_k = 2;
+  s.indexer_heads = 1;
+  s.indexer_dim = 2;
+  c = att::compressed_cost(s);
+  CHECK(c.attended == 2 + 4 + 2 + 4);
+  CHECK(c.flops == 12 * 8 + (3 + 4) * 1 * (2 * 2 + 4));
+  CHECK(c.bytes == (8 + 16 + 20 + 2 * 2 + 2 + 4 * 2) * 4);
+  // NSA: blocks of 4, 2 selected: t = 14 reads a full block and 3 tokens of its own, t = 15 two full blocks
+  s.top_k = 0;
+  s.indexer_heads = 0;
+  s.select_top_n = 2;
+  s.select_block = 4;
+  c = att::compressed_cost(s);
+  CHECK(c.attended == 15 + 7 + 8);
+  CHECK(c.bytes == (8 + 16 + 16 * 4) * 4);  // every raw row may be selected
+  // decode, no window: one query over its 4 visible entries
+  const auto dc = att::compressed_cost({.grid = {.window = 4, .stride = 4}, .tokens = 16, .window = 0, .d = 2, .dv = 2});
+  CHECK(dc.flops == 4 * 8);
+  CHECK(dc.bytes == (4 + 16) * 4);
+  CHECK(att::causal_cost(3, 2, 2).flops == 6 * 8);
+  CHECK(att::dense_cost(2, 3, 2, 2).flops == 4.0 * 2 * 3 * 2);  // bench_attention's 4·M·n·d at dv = d
+  CHECK_THROWS_WITH(att::compressed_cost({.tokens = 4, .queries = 5}), Catch::Contains("queries"));
 }

@@ -939,3 +939,75 @@ TEST_CASE("python reference: compress results for tests/python", "[compress][pyt
   write_reference_case<float>(dir, manifest, "full", kc::full(), 16, 8, -1);
   if (manifest) std::fclose(manifest);
 }
+
+// ---- cost model (compress/cost.hpp): hand counts ------------------------------------------------
+
+TEST_CASE("compress_cost: mean W = S = 4 over 16 tokens of 8 channels, by hand", "[compress][cost]") {
+  const kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean};
+  const auto c = kc::compress_cost<float>(s, kc::pool_params<float>{}, 8, 16);
+  CHECK(c.entries == 4);
+  CHECK(c.tokens_read == 16);
+  CHECK(c.slots == 16);
+  CHECK(c.out_dim == 8);
+  CHECK(c.input_bytes == 16 * 8 * 4);
+  CHECK(c.weight_bytes == 0);
+  CHECK(c.output_bytes == 4 * 8 * 4);
+  CHECK(c.projection_flops == 0);
+  CHECK(c.pool_flops == 2 * 16 * 8);  // one FMA per slot and channel
+  CHECK(c.norm_flops == 0);
+  CHECK(c.rope_flops == 0);
+  CHECK(c.intensity() == Approx(256.0 / 640.0).epsilon(1e-15));
+  // the tokens after the last complete entry are not read
+  CHECK(kc::compress_cost<float>(s, kc::pool_params<float>{}, 8, 19).tokens_read == 16);
+}
+
+TEST_CASE("compress_cost: V4-CSA-shaped two-stream with projections, RMSNorm weight and RoPE, by hand",
+          "[compress][cost]") {
+  kc::operator_spec s = kc::v4_csa();  // W = 8, S = 4, v4 grid: entry 0 has 4 masked slots
+  s.rope.rope_dim = 2;
+  const auto p = kc::make_params<float>(s, 8, {.project_payload = true, .out_dim = 4, .rms_weight = true});
+  const auto c = kc::compress_cost<float>(s, p, 8, 16);
+  CHECK(c.entries == 4);
+  CHECK(c.slots == 4 * 8 - 4);
+  CHECK(c.tokens_read == 16);
+  CHECK(c.out_dim == 4);
+  CHECK(c.input_bytes == 16 * 8 * 4);
+  // W_C 8 × 8, W_Z 8 × 8, slot bias 4 × 8, RMSNorm weight 4
+  CHECK(c.weight_bytes == (64 + 64 + 32 + 4) * 4);
+  CHECK(c.output_bytes == 4 * 4 * 4);
+  CHECK(c.projection_flops == 2 * 16 * 8 * 8 * 2);   // two d × 2c projections of 16 tokens
+  CHECK(c.pool_flops == 7 * 28 * 4 + 4 * 4);        // (softmax 4 + pool 2 + logit+bias 1) per slot·channel, 1 divide
+  CHECK(c.norm_flops == 4 * (3 * 4 + 3 + 4));       // sum of squares 2c, 3 scalar, scale c, weight c
+  CHECK(c.rope_flops == 4 * 9);                     // one rotated pair per entry
+  CHECK(c.flops() == 4096 + 800 + 76 + 36);
+  CHECK(c.bytes() == 512 + 656 + 64);
+}
+
+TEST_CASE("compress_cost: NSA-shaped MLP pool, by hand", "[compress][cost]") {
+  const kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mlp};
+  const auto p = kc::make_params<float>(s, 2);  // c = d = 2, H = 2c = 4, position encoding, zero biases
+  const auto c = kc::compress_cost<float>(s, p, 2, 12);
+  CHECK(c.entries == 3);
+  CHECK(c.slots == 12);
+  // position encoding 4 × 2, W1 8 × 4, b1 4, W2 4 × 2, b2 2
+  CHECK(c.weight_bytes == (8 + 32 + 4 + 8 + 2) * 4);
+  CHECK(c.projection_flops == 0);
+  CHECK(c.pool_flops == 24 + 192 + 12 + 12 + 48 + 6);
+  const auto cd = kc::compress_cost<double>(s, kc::make_params<double>(s, 2), 2, 12);
+  CHECK(cd.input_bytes == 12 * 2 * 8);
+  CHECK(cd.flops() == c.flops());
+}
+
+TEST_CASE("compress_cost: bound from intensity and the machine's balance point; bad input names the parameter",
+          "[compress][cost]") {
+  const kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean};
+  const auto c = kc::compress_cost<float>(s, kc::pool_params<float>{}, 8, 16);  // 256 FLOP, 512 B read, 128 written
+  kc::pass_bound b{};
+  CHECK(c.read_bytes() == 512);
+  CHECK(kc::bound_seconds(c, 1.0, 1.0, &b) == Approx(512e-9).epsilon(1e-12));
+  CHECK(b == kc::pass_bound::memory);
+  CHECK(kc::bound_seconds(c, 0.1, 1.0, &b) == Approx(2560e-9).epsilon(1e-12));
+  CHECK(b == kc::pass_bound::compute);
+  CHECK_THROWS_WITH(kc::bound_seconds(c, 0.0, 1.0), Catch::Contains("peak_gflops"));
+  CHECK_THROWS_WITH(kc::compress_cost<float>(s, kc::pool_params<float>{}, 0, 16), Catch::Contains("x.cols()"));
+}

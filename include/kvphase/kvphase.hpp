@@ -2,8 +2,8 @@
 /// \file kvphase.hpp  Umbrella header: everything public in kvphase except stats/, theory/, io/ and train/.
 ///
 ///   core/      errors, size limits and checked arithmetic, Eigen aliases, SIMD shim, counter-based RNG, deterministic parallel loops
-///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets
-///   attention/ kernels, full / compressed / selected attention, multi-head, toy models
+///   compress/  chunk grid, operator spec, pooling, RMSNorm/RoPE, presets, cost of a pass (bytes, FLOPs)
+///   attention/ kernels, full / compressed / selected attention, multi-head, toy models, cost of a call
 ///   tasks/     needle, key-value pairs, padding flip
 ///   sim/       Gaussian generator, key-space and score-space sweep engines, shards
 ///
@@ -31,6 +31,7 @@
 
 #include "kvphase/compress/capabilities.hpp"
 #include "kvphase/compress/compress.hpp"
+#include "kvphase/compress/cost.hpp"
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/pool.hpp"
 #include "kvphase/compress/position.hpp"
@@ -38,6 +39,7 @@
 #include "kvphase/compress/spec.hpp"
 
 #include "kvphase/attention/compressed.hpp"
+#include "kvphase/attention/cost.hpp"
 #include "kvphase/attention/full.hpp"
 #include "kvphase/attention/kernels.hpp"
 #include "kvphase/attention/model.hpp"

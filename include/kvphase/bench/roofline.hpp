@@ -1,0 +1,184 @@
+#pragma once
+/// \file bench/roofline.hpp
+// In-process rooflines for kvphase benchmarks (benchmarks/, kvphase-bench, bench/gbench.hpp). The machine is noisy (clock 3.2-3.6 GHz, 2-thread
+// DRAM bandwidth swinging 2x between runs), so every benchmark states its speed as a fraction of
+// a limit measured in the same process, right next to the job:
+//   - fma_peak_gflops<Real>(threads): FMA throughput (float by default, or double) with 16
+//     independent vector accumulators per thread on the path the binary was compiled for
+//     (xsimd::default_arch: AVX-512 with -march=native here, 2 x 16-lane float FMA per cycle;
+//     AVX2 with -march=haswell, 2 x 8 lanes), through kvphase::simd::fma, which is a hardware FMA
+//     on every FMA path (xsimd 8.1's own fma is not one on AVX-512);
+//   - read_seconds(x, n, threads): time to read n floats once (the compress roofline: any kernel
+//     must at least read its input), split statically across threads;
+//   - read_bandwidth_gbs(bytes, threads): bytes/s of that read on a private buffer.
+// Each figure is the median of `reps` repetitions, so a roofline and a job measured with the
+// same care give a ratio that is stable when absolute times are not.
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include <kvphase/core/simd.hpp>
+
+namespace kvphase::bench {
+
+using clock_type = std::chrono::steady_clock;
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Keeps the optimiser from deleting a computed value.
+template <class T>
+inline void keep(const T& v) {
+  asm volatile("" : : "g"(&v) : "memory");
+}
+
+namespace detail {
+inline int thread_num() noexcept {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+inline int num_threads() noexcept {
+#if defined(_OPENMP)
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+// 16 independent FMA chains of one vector each: throughput-bound, not latency-bound.
+template <class Real>
+[[gnu::noinline]] inline Real fma_chains(std::int64_t iters) {
+  using B = xsimd::batch<Real>;
+  using A = typename B::arch_type;
+  B a0(Real(1.0)), a1(Real(1.1)), a2(Real(1.2)), a3(Real(1.3)), a4(Real(1.4)), a5(Real(1.5)), a6(Real(1.6)),
+      a7(Real(1.7));
+  B a8(Real(1.8)), a9(Real(1.9)), a10(Real(2.0)), a11(Real(2.1)), a12(Real(2.2)), a13(Real(2.3)), a14(Real(2.4)),
+      a15(Real(2.5));
+  const B m(Real(0.999999)), c(Real(1e-7));
+  auto f = [&](B& a) { a = kvphase::simd::fma<Real, A>(a, m, c); };
+  for (std::int64_t i = 0; i < iters; ++i) {
+    f(a0); f(a1); f(a2); f(a3); f(a4); f(a5); f(a6); f(a7);
+    f(a8); f(a9); f(a10); f(a11); f(a12); f(a13); f(a14); f(a15);
+    asm volatile("" ::: "memory");
+  }
+  B s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11)) + ((a12 + a13) + (a14 + a15));
+  return xsimd::hadd(s);
+}
+
+// Sum of n floats with 4 vector accumulators: one pass over the input.
+[[gnu::noinline]] inline float read_once(const float* x, std::size_t n) {
+  using B = xsimd::batch<float>;
+  constexpr std::size_t L = B::size;
+  B s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+  std::size_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    s0 += B::load_unaligned(x + i);
+    s1 += B::load_unaligned(x + i + L);
+    s2 += B::load_unaligned(x + i + 2 * L);
+    s3 += B::load_unaligned(x + i + 3 * L);
+  }
+  float s = xsimd::hadd((s0 + s1) + (s2 + s3));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+}  // namespace detail
+
+/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
+/// (median of reps runs of ~20 ms each).
+template <class Real = float>
+inline double fma_peak_gflops(int threads, int reps = 7) {
+  using B = xsimd::batch<Real>;
+  const std::int64_t iters = 4'000'000;
+  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+#pragma omp parallel num_threads(threads)
+    { keep(detail::fma_chains<Real>(iters)); }
+    secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return flops_per_thread * threads / median(secs) * 1e-9;
+}
+
+/// CPU seconds used so far by every thread of this process. On a machine shared with other jobs
+/// the wall-clock ratio of two measurements taken a second apart moves with the other jobs'
+/// load; the ratio of FLOP per CPU-second (job against roofline) does not count the time the
+/// process was not running, so it is the steadier figure under load (and equal to the wall-clock
+/// ratio on an idle machine, up to OpenMP threads that spin while waiting).
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+/// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
+/// the per-core throughput while running, whatever share of the machine the process gets.
+template <class Real = float>
+inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
+  using B = xsimd::batch<Real>;
+  const std::int64_t iters = 4'000'000;
+  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_seconds();
+#pragma omp parallel num_threads(threads)
+    { keep(detail::fma_chains<Real>(iters)); }
+    secs.push_back(process_cpu_seconds() - c0);
+  }
+  return flops_per_thread * threads / median(secs) * 1e-9;
+}
+
+/// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
+inline double read_seconds(const float* x, std::size_t n, int threads, int reps = 11) {
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const std::size_t t = static_cast<std::size_t>(detail::thread_num());
+      const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
+      const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      keep(detail::read_once(x + lo, hi - lo));
+    }
+    secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return median(secs);
+}
+
+/// Read bandwidth (GB/s) over a private buffer of `bytes` bytes, first-touched in parallel.
+inline double read_bandwidth_gbs(std::size_t bytes, int threads, int reps = 11) {
+  const std::size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::size_t i = 0; i < n; ++i) buf[i] = float(i & 1023) * 1e-3f;
+  return double(n * sizeof(float)) / read_seconds(buf.data(), n, threads, reps) * 1e-9;
+}
+
+/// Evicts caches by streaming through a 512 MiB buffer (for "cold" measurements).
+inline void evict_caches() {
+  static std::vector<char> junk(std::size_t(512) << 20, 1);
+  std::uint64_t s = 0;
+  for (std::size_t i = 0; i < junk.size(); i += 64) s += static_cast<unsigned char>(junk[i]++);
+  keep(s);
+}
+
+/// Name of the SIMD path the benchmarks were compiled for.
+inline const char* isa_name() { return xsimd::default_arch::name(); }
+
+}  // namespace kvphase::bench
