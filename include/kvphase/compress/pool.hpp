@@ -766,8 +766,9 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
                  index_t e0, Real* out, bool nt, std::vector<Real>& buf) {
   const pool_params<Real>& p = *eng.p;
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
-  // a tile of F holds ≤ 4 Mi values (16 MiB in float), T a multiple of the GEMM row group
-  const index_t T = std::clamp<index_t>((index_t(1) << 22) / Wd / row_group * row_group, row_group, 256);
+  // a tile of F holds ≤ 8 Mi values (32 MiB in float), T ≤ 512 a multiple of the GEMM row group:
+  // W1 is packed once per tile, so larger tiles amortise it (NSA at d = 512: W1 is 64 MiB)
+  const index_t T = std::clamp<index_t>((index_t(1) << 23) / Wd / row_group * row_group, row_group, 512);
   const index_t tile = std::min(T, b - a);
   buf.resize(static_cast<std::size_t>(tile * (Wd + H + c)));
   Real* F = buf.data();
