@@ -13,6 +13,20 @@
 //                     job) / median time of the job.
 // Variants whose name contains "smoke" use N = 4096 and are run by ctest.
 //
+// One row per operator kind (BM_kind_<kind>_<shape>, Args: threads): identity, mean, max,
+// weights, content-free slot gate (memory-bound), paper_ref
+// (slot gate with per-slot logits and a payload map), v41 / v4_hca (channel gate), v4_csa (two
+// streams), nsa (MLP) at a small shape (N = 4096, d = 128) and a real-model shape (N = 16384,
+// d = 4096, head dim c = 512; nsa: d = 512). Their bytes (input + output + parameters) and FLOPs
+// (2 per multiply-add of the projections and MLP layers, 1 per pooled source element) are
+// counted; the bound is the larger of the time to read the input and parameters once (at the
+// paired input-read rate; output stores not counted) and FLOPs / FMA peak (roofline.hpp, both
+// timed before every call; medians); roofline_frac = bound / median time, fma_bound = 1 when the
+// FMA peak is the bound, peak_frac_cpu = GFLOP per CPU-second of the job / the FMA peak per
+// CPU-second (the steadier figure on a loaded machine: time the process was not running does not
+// count; spinning OpenMP threads do, so it errs low). KVPHASE_BENCH_TOKENS=N overrides N of the
+// real-model rows (the slow paths of older builds need a shorter context to finish).
+//
 //   build/<dir>/benchmarks/bench_compress --benchmark_filter=-smoke
 #include <benchmark/benchmark.h>
 
@@ -173,6 +187,128 @@ void BM_plain_loop_gated_w8s4_cold(benchmark::State& st) { run(st, gated_spec(),
 void BM_smoke_compress_gated(benchmark::State& st) { run(st, gated_spec(), impl::library, n_smoke, false); }
 void BM_smoke_compress_mean(benchmark::State& st) { run(st, mean_spec(), impl::library, n_smoke, false); }
 void BM_smoke_plain_loop(benchmark::State& st) { run(st, gated_spec(), impl::plain, n_smoke, false); }
+
+// ---- one row per operator kind -------------------------------------------------------------------
+
+struct op_case {
+  kc::operator_spec spec;
+  kc::pool_params<float> p;
+  index_t n = 0, d = 0;
+};
+
+op_case make_case(const std::string& kind, bool real) {
+  op_case o;
+  o.d = real ? 4096 : 128;
+  o.n = real ? 16384 : 4096;
+  if (real) {
+    if (const char* env = std::getenv("KVPHASE_BENCH_TOKENS")) o.n = std::atoll(env);
+  }
+  const index_t c = real ? 512 : 128;
+  kc::param_init init{.seed = 1};
+  if (kind == "identity") o.spec = kc::full();
+  else if (kind == "mean") o.spec = mean_spec();
+  else if (kind == "max") o.spec = {.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::max};
+  else if (kind == "weights") o.spec = gated_spec();
+  else if (kind == "slot_gate") {
+    o.spec = {.grid = {.window = 8, .stride = 8}, .pool = kc::pool_kind::slot_gate,
+              .slot_bias = {0.1, -0.2, 0.3, 0.0, 0.5, -0.1, 0.2, 0.4}};
+  } else {
+    o.spec = kc::preset(kind);
+    init = kc::preset_init(o.spec, 1);
+    init.project_payload = true;
+    init.out_dim = c;
+    if (kind == "nsa") o.d = real ? 512 : 128;
+    if (kind == "paper_ref") o.spec.separate_kv = false;
+  }
+  o.p = kc::make_params<float>(o.spec, o.d, init);
+  return o;
+}
+
+/// FLOPs of one call: 2 per multiply-add of the token projections / MLP layers, 1 per pooled
+/// source element (the pooling pass).
+double op_flops(const op_case& o) {
+  const auto& p = o.p;
+  const double N = static_cast<double>(o.n), d = static_cast<double>(o.d);
+  const double E = static_cast<double>(o.spec.grid.num_entries(o.n));
+  const double W = static_cast<double>(o.spec.grid.window);
+  const double c = static_cast<double>(p.output_dim(o.spec, o.d));
+  double f = E * W * c;
+  f += 2.0 * N * d * static_cast<double>(p.w_c.cols() + p.w_z.cols());
+  f += 2.0 * E * W * d * static_cast<double>(p.slot_u.size() ? 1 : 0);
+  f += 2.0 * E * static_cast<double>(p.mlp_w1.rows() * p.mlp_w1.cols() + p.mlp_w2.rows() * p.mlp_w2.cols());
+  return f;
+}
+
+void run_kind(benchmark::State& st, const std::string& kind, bool real) {
+  const int threads = static_cast<int>(st.range(0));
+  const op_case o = make_case(kind, real);
+  const index_t n = o.n, dd = o.d;
+  const index_t E = o.spec.grid.num_entries(n), c = o.p.output_dim(o.spec, dd);
+  buffer x(static_cast<std::size_t>(n * dd), threads);
+  buffer out(static_cast<std::size_t>(E * c), threads);
+  const kvphase::matrix_view<float> xv(x.p, n, dd);
+  kvphase::matrix_mut_view<float> ov(out.p, E, c);
+  const kc::compress_options opt{.threads = threads};
+  kc::compress_workspace<float> ws;
+  auto job = [&] { kc::compress_into<float>(o.spec, o.p, xv, ov, 0, opt, &ws); };
+  const double flops = op_flops(o);
+  job();
+  // Paired: each iteration times the input read, the FMA peak (wall clock and per CPU-second)
+  // and the job (wall clock and CPU seconds of the process) back to back.
+  std::vector<double> times, cpus, roofs, peaks, peaks_cpu;
+  for (auto _ : st) {
+    roofs.push_back(kvphase::bench::read_seconds(x.p, x.n, threads, 1));
+    peaks.push_back(kvphase::bench::fma_peak_gflops<float>(threads, 1));
+    peaks_cpu.push_back(kvphase::bench::fma_peak_gflops_per_cpu_second<float>(threads, 1));
+    const double c0 = kvphase::bench::process_cpu_seconds();
+    const auto t0 = kvphase::bench::clock_type::now();
+    job();
+    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+    cpus.push_back(kvphase::bench::process_cpu_seconds() - c0);
+    times.push_back(sec);
+    st.SetIterationTime(sec);
+    benchmark::ClobberMemory();
+  }
+  const auto& p = o.p;
+  const double param_elems = static_cast<double>(p.w_c.size() + p.w_z.size() + p.slot_u.size() + p.mlp_w1.size() +
+                                                 p.mlp_w2.size() + p.slot_bias_c.size());
+  const double bytes = (static_cast<double>(n * dd + E * c) + param_elems) * sizeof(float);
+  // memory bound: reading the input and the parameters once at the paired input-read rate (the
+  // output's stores are not counted: the bound errs high, as the project's other read rooflines)
+  const double med = kvphase::bench::median(times), cpu = kvphase::bench::median(cpus);
+  const double mem_sec = kvphase::bench::median(roofs) * (static_cast<double>(n * dd) + param_elems) /
+                         static_cast<double>(n * dd);
+  const double peak = kvphase::bench::median(peaks), peak_cpu = kvphase::bench::median(peaks_cpu);
+  const double fma_sec = flops / (peak * 1e9);
+  st.counters["roofline_frac"] = std::max(mem_sec, fma_sec) / med;
+  st.counters["fma_bound"] = fma_sec > mem_sec ? 1 : 0;
+  st.counters["peak_frac_cpu"] = flops / cpu * 1e-9 / peak_cpu;
+  st.counters["median_ms"] = med * 1e3;
+  st.counters["GBps"] = bytes / med * 1e-9;
+  st.counters["GFLOPps"] = flops / med * 1e-9;
+  st.counters["GFLOP"] = flops * 1e-9;
+  st.counters["MB"] = bytes * 1e-6;
+  st.counters["peak_GFLOPps"] = peak;
+  st.SetLabel(kvphase::bench::isa_name());
+}
+
+#define KV_KIND(kind)                                                                                         \
+  void BM_kind_##kind##_small(benchmark::State& st) { run_kind(st, #kind, false); }                          \
+  void BM_kind_##kind##_real(benchmark::State& st) { run_kind(st, #kind, true); }                            \
+  BENCHMARK(BM_kind_##kind##_small)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(11); \
+  BENCHMARK(BM_kind_##kind##_real)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5)
+KV_KIND(identity);
+KV_KIND(mean);
+KV_KIND(max);
+KV_KIND(weights);
+KV_KIND(slot_gate);
+KV_KIND(paper_ref);
+KV_KIND(v41);
+KV_KIND(v4_hca);
+KV_KIND(v4_csa);
+KV_KIND(nsa);
+void BM_smoke_kind_v4_csa(benchmark::State& st) { run_kind(st, "v4_csa", false); }
+BENCHMARK(BM_smoke_kind_v4_csa)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 
 // ---- reading + dequantising a safetensors file -------------------------------------------------
 // One tensor of `bytes` bytes (F32 or BF16) in a file under the temp directory, memory-mapped

@@ -21,6 +21,29 @@ the ratios are taken per round and the median (min-max) over rounds is printed, 
 each side's trial time that its generator alone would take (trials/s x normals per trial /
 generator normals/s; the library's is its gen_frac).
 PyTorch's hit rates are printed to check it runs the same task.
+
+Compression operators (the `compress` subcommand; kvphase-bench --compare-torch calls it):
+  /usr/bin/python3 benchmarks/compare_torch.py compress --preset v4_csa --context 16384 \
+      --dim 4096 --head-dim 512 [--threads 1] [--reps 5] [--seed 1] \
+      [--tensors DIR] [--out-npy OUT.npy] [--out OUT.json]
+  or a custom spec: --pool {identity,mean,max,weights,slot_gate,channel_gate,two_stream,mlp}
+      --window W --stride S [--origin O] [--convention v4|nsa] [--slot-weights w0 ...]
+      [--slot-bias b0 ...] [--rmsnorm] [--rms-eps E] [--rope-anchor none|start|end|centre]
+      [--rope-theta T] [--rope-dim R] [--activation gelu|relu] [--mlp-hidden H]
+      (a preset's fields can be overridden by the same flags).
+The operator is written as a PyTorch researcher writes it (float32, CPU, no autograd): source
+windows gathered with an index tensor (masked slots before position 0), projections as matmuls
+of all tokens, softmax over the window, RMSNorm and RoPE as separate tensor ops. With --tensors,
+DIR holds x.npy (context × dim) and the parameters under pool_params' field names (w_c.npy,
+w_z.npy, slot_bias_c.npy, content_u.npy, slot_u.npy, mlp_pos.npy, mlp_w1.npy, mlp_b1.npy,
+mlp_w2.npy, mlp_b2.npy, rms_weight.npy; a missing file means the field is empty), so the output
+can be compared with the library's on the same data; without it, x ~ N(0, 1) and parameters are
+drawn with make_params' scales (projections N(0, 1/d), logit maps N(0, 1/d), zero biases, RMSNorm
+weight 1 + 0.1 N(0, 1), MLP weights N(0, 1/fan_in)). One line of JSON goes to stdout: operator,
+shape, threads, time (median, min, max over --reps after one warm-up call), GFLOP and GFLOP/s
+(the projections' and MLP layers' 2 per multiply-add), and the output's checksum (sum and sum of
+absolute values in double); --out-npy writes the output (entries × head-dim, float32), --out the
+same JSON with provenance. Exit 2 on bad flags or when torch is missing.
 """
 import argparse
 import datetime
@@ -94,7 +117,282 @@ def library_rate(bench, name, threads):
     return row["trials_per_s"], row["gen_frac"]
 
 
+# ---- compression operators ------------------------------------------------------------------------
+
+PRESETS = {
+    # name: (pool, window, stride, convention, content-gated, rmsnorm, rope anchor, theta, rope_dim)
+    "v4_csa": dict(pool="two_stream", window=8, stride=4, convention="v4", gated=True, rmsnorm=True,
+                   rope_anchor="start", rope_theta=160000.0, rope_dim=64),
+    "v4_hca": dict(pool="channel_gate", window=128, stride=128, convention="v4", gated=True, rmsnorm=True,
+                   rope_anchor="start", rope_theta=160000.0, rope_dim=64),
+    "v41": dict(pool="channel_gate", window=2, stride=2, convention="v4", gated=True, rmsnorm=True,
+                rope_anchor="start", rope_theta=160000.0, rope_dim=64),
+    "nsa": dict(pool="mlp", window=32, stride=16, convention="nsa", gated=False, rmsnorm=False,
+                rope_anchor="none", rope_theta=10000.0, rope_dim=0),
+    "paper_ref": dict(pool="slot_gate", window=8, stride=8, convention="v4", gated=True, rmsnorm=True,
+                      rope_anchor="start", rope_theta=10000.0, rope_dim=0, per_slot=True),
+    "full": dict(pool="identity", window=1, stride=1, convention="v4", gated=False, rmsnorm=False,
+                 rope_anchor="none", rope_theta=10000.0, rope_dim=0),
+}
+POOLS = ("identity", "mean", "max", "weights", "slot_gate", "channel_gate", "two_stream", "mlp")
+PARAM_NAMES = ("content_u", "slot_u", "w_c", "w_z", "slot_bias_c", "mlp_pos", "mlp_w1", "mlp_b1", "mlp_w2",
+               "mlp_b2", "rms_weight")
+
+
+def entry_sources(torch, n, W, S, origin, convention):
+    """First source position of every complete entry (chunk_grid::sources), as a tensor."""
+    if convention == "v4":  # grid index j pools [last - W + 1, last], last = origin + jS + S - 1 >= 0
+        j0 = -((S + origin - 1) // S)
+        j = torch.arange(j0, (n - origin - S) // S + 1)
+        return origin + j * S + S - W
+    j0 = -(origin // S)  # nsa: [origin + jS, origin + jS + W - 1], first >= 0
+    j = torch.arange(j0, (n - W - origin) // S + 1)
+    return origin + j * S
+
+
+def torch_params(torch, op, d, c, gen):
+    """Random parameters with make_params' shapes and scales (see the file comment)."""
+    W, S, pool = op["window"], op["stride"], op["pool"]
+    sd = d ** -0.5
+    p = {}
+    if pool == "slot_gate":
+        if op["gated"]:
+            if op.get("per_slot"):
+                p["slot_u"] = torch.randn(W, d, generator=gen) * sd
+            else:
+                p["content_u"] = torch.randn(d, generator=gen) * sd
+        if c != d or op.get("project", True):
+            p["w_c"] = torch.randn(d, c, generator=gen) * sd
+    elif pool in ("channel_gate", "two_stream"):
+        f = 2 if pool == "two_stream" else 1
+        p["w_c"] = torch.randn(d, f * c, generator=gen) * sd
+        if op["gated"]:
+            p["w_z"] = torch.randn(d, f * c, generator=gen) * sd
+        p["slot_bias_c"] = torch.zeros(S if f == 2 else W, f * c)
+    elif pool == "mlp":
+        H = op.get("mlp_hidden") or 2 * c
+        p["mlp_pos"] = torch.randn(W, d, generator=gen) * 0.1
+        p["mlp_w1"] = torch.randn(W * d, H, generator=gen) * (W * d) ** -0.5
+        p["mlp_b1"] = torch.zeros(H)
+        p["mlp_w2"] = torch.randn(H, c, generator=gen) * H ** -0.5
+        p["mlp_b2"] = torch.zeros(c)
+    if op["rmsnorm"] and pool in ("channel_gate", "two_stream"):
+        p["rms_weight"] = 1 + 0.1 * torch.randn(c, generator=gen)
+    return p
+
+
+def torch_compress(torch, op, x, p):
+    """The operator in plain PyTorch (float32): entries × c."""
+    F = torch.nn.functional
+    n, d = x.shape
+    W, S, pool = op["window"], op["stride"], op["pool"]
+    first = entry_sources(torch, n, W, S, op["origin"], op["convention"])
+    idx = first[:, None] + torch.arange(W)[None, :]          # E × W source positions
+    valid = idx >= 0                                          # slots before position 0 are masked
+    idx = idx.clamp(min=0)
+    neg = torch.tensor(float("-inf"))
+    if pool == "identity":
+        out = x[idx[:, 0]]
+    elif pool == "mean":
+        m = valid.to(x.dtype)
+        out = (x[idx] * m[..., None]).sum(1) / m.sum(1, keepdim=True)
+    elif pool == "max":
+        out = x[idx].masked_fill(~valid[..., None], neg).amax(1)
+    elif pool == "weights":
+        w = torch.tensor(op["slot_weights"], dtype=x.dtype)[None, :] * valid
+        w = w / w.sum(1, keepdim=True)
+        out = torch.einsum("ew,ewd->ed", w, x[idx])
+    elif pool == "slot_gate":
+        pay = x @ p["w_c"] if "w_c" in p else x
+        xs = x[idx]                                           # E × W × d
+        logits = torch.tensor(op["slot_bias"] or [0.0] * W, dtype=x.dtype).expand(len(first), W).clone()
+        if "content_u" in p:
+            logits = logits + xs @ p["content_u"]
+        if "slot_u" in p:
+            logits = logits + torch.einsum("ewd,wd->ew", xs, p["slot_u"])
+        a = torch.softmax(logits.masked_fill(~valid, neg), dim=1)
+        out = torch.einsum("ew,ewc->ec", a, pay[idx])
+    elif pool in ("channel_gate", "two_stream"):
+        C = x @ p["w_c"] if "w_c" in p else (torch.cat([x, x], 1) if pool == "two_stream" else x)
+        Z = x @ p["w_z"] if "w_z" in p else torch.zeros_like(C)
+        B = p.get("slot_bias_c", torch.zeros(S if pool == "two_stream" else W, C.shape[1]))
+        if pool == "two_stream":
+            c = C.shape[1] // 2
+            ia, ib = idx[:, :S], idx[:, S:]                   # previous block: stream a; own block: stream b
+            Cw = torch.cat([C[ia, :c], C[ib, c:]], 1)
+            Zw = torch.cat([Z[ia, :c] + B[None, :, :c], Z[ib, c:] + B[None, :, c:]], 1)
+        else:
+            Cw, Zw = C[idx], Z[idx] + B[None]
+        a = torch.softmax(Zw.masked_fill(~valid[..., None], neg), dim=1)
+        out = (a * Cw).sum(1)
+    elif pool == "mlp":
+        f = (x[idx] + p.get("mlp_pos", torch.zeros(W, d))[None]) * valid[..., None]
+        h = f.reshape(len(first), W * d) @ p["mlp_w1"] + p.get("mlp_b1", 0)
+        h = F.relu(h) if op["activation"] == "relu" else F.gelu(h)
+        out = h @ p["mlp_w2"] + p.get("mlp_b2", 0)
+    else:
+        raise ValueError(pool)
+    if op["rmsnorm"]:
+        out = out * torch.rsqrt(out.pow(2).mean(1, keepdim=True) + op["rms_eps"])
+        if "rms_weight" in p:
+            out = out * p["rms_weight"]
+    if op["rope_anchor"] != "none":
+        c = out.shape[1]
+        R = op["rope_dim"] or c
+        last = first + W - 1
+        start = last - S + 1 if op["convention"] == "v4" else first
+        pos = {"start": start, "end": last, "centre": 0.5 * (start + last)}[op["rope_anchor"]].to(torch.float64)
+        inv = op["rope_theta"] ** (-2.0 * torch.arange(R // 2, dtype=torch.float64) / R)
+        ang = pos[:, None] * inv[None, :]
+        cos, sin = torch.cos(ang).to(out.dtype), torch.sin(ang).to(out.dtype)
+        x0, x1 = out[:, c - R::2], out[:, c - R + 1::2]
+        rot = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], 2).reshape(len(first), R)
+        out = torch.cat([out[:, :c - R], rot], 1)
+    return out
+
+
+def op_gflop(op, n, d, c, p, entries):
+    f = 0.0
+    for k in ("w_c", "w_z"):
+        if k in p:
+            f += 2.0 * n * d * p[k].shape[1]
+    if "slot_u" in p:
+        f += 2.0 * entries * op["window"] * d
+    for k in ("mlp_w1", "mlp_w2"):
+        if k in p:
+            f += 2.0 * entries * p[k].shape[0] * p[k].shape[1]
+    return f * 1e-9
+
+
+def provenance(torch, config, seed):
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    version = ""
+    try:
+        with open(os.path.join(here, "..", "include", "kvphase", "version.hpp")) as f:
+            for line in f:
+                if "KVPHASE_VERSION_STRING" in line:
+                    version = line.split('"')[1]
+    except OSError:
+        pass
+    isa = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+        isa = " ".join(x for x in ("avx512f", "avx512bw", "avx2", "fma") if x in flags)
+    except OSError:
+        pass
+    return {"program": "compare_torch.py", "version": version, "git_hash": git, "cpu_isa": isa,
+            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command_line": " ".join(sys.argv), "seed": seed, "config": config}
+
+
+def compress_main(argv):
+    ap = argparse.ArgumentParser(prog="compare_torch.py compress",
+                                 description="one compression operator in PyTorch: time and output checksum")
+    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--pool", choices=POOLS)
+    ap.add_argument("--window", type=int)
+    ap.add_argument("--stride", type=int)
+    ap.add_argument("--origin", type=int, default=0)
+    ap.add_argument("--convention", choices=("v4", "nsa"))
+    ap.add_argument("--slot-weights", type=float, nargs="+")
+    ap.add_argument("--slot-bias", type=float, nargs="+")
+    ap.add_argument("--rmsnorm", action="store_true", default=None)
+    ap.add_argument("--rms-eps", type=float, default=1e-6)
+    ap.add_argument("--rope-anchor", choices=("none", "start", "end", "centre"))
+    ap.add_argument("--rope-theta", type=float)
+    ap.add_argument("--rope-dim", type=int)
+    ap.add_argument("--activation", choices=("gelu", "relu"), default="gelu")
+    ap.add_argument("--mlp-hidden", type=int, default=0)
+    ap.add_argument("--context", type=int, default=16384)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--head-dim", type=int, default=0, help="output channels c (0: c = dim)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tensors", help="directory with x.npy and the parameters (see the file comment)")
+    ap.add_argument("--out-npy", help="write the output (entries × head-dim, float32)")
+    ap.add_argument("--out", help="write the JSON line with provenance to this file")
+    a = ap.parse_args(argv)
+    op = dict(PRESETS[a.preset]) if a.preset else dict(pool=None, window=None, stride=None, convention="v4",
+                                                     gated=False, rmsnorm=False, rope_anchor="none",
+                                                     rope_theta=10000.0, rope_dim=0)
+    for k in ("pool", "window", "stride", "convention", "rope_anchor", "rope_theta", "rope_dim", "rmsnorm"):
+        if getattr(a, k) is not None:
+            op[k] = getattr(a, k)
+    op.update(origin=a.origin, rms_eps=a.rms_eps, activation=a.activation, mlp_hidden=a.mlp_hidden,
+              slot_weights=a.slot_weights, slot_bias=a.slot_bias)
+
+    def bad(msg):
+        print(f"compare_torch compress: {msg}", file=sys.stderr)
+        return 2
+    if op["pool"] is None or op["window"] is None or op["stride"] is None:
+        return bad("give --preset or --pool with --window and --stride")
+    if op["window"] < 1 or op["stride"] < 1 or a.context < 1 or a.dim < 1 or a.head_dim < 0:
+        return bad("--window, --stride, --context and --dim must be >= 1, --head-dim >= 0")
+    if op["pool"] == "weights" and (not a.slot_weights or len(a.slot_weights) != op["window"]):
+        return bad(f"--slot-weights needs window = {op['window']} values for pool weights")
+    if op["pool"] == "two_stream" and op["window"] != 2 * op["stride"]:
+        return bad("two_stream needs window = 2 * stride")
+    if a.threads < 1 or a.reps < 1:
+        return bad("--threads and --reps must be >= 1")
+    if op["pool"] in ("identity", "mean", "max", "weights") and a.head_dim not in (0, a.dim):
+        return bad(f"pool {op['pool']} has no projection: --head-dim must be 0 or --dim")
+    if op["rope_anchor"] != "none" and (op["rope_dim"] or 0) > (a.head_dim or a.dim):
+        return bad(f"--rope-dim {op['rope_dim']} exceeds the output width {a.head_dim or a.dim}")
+    try:
+        import torch
+    except ImportError:
+        return bad("PyTorch is not installed (Debian: apt-get install python3-torch; run with /usr/bin/python3)")
+    torch.set_num_threads(a.threads)
+    gen = torch.Generator().manual_seed(a.seed)
+    d, c = a.dim, a.head_dim or a.dim
+    if a.tensors:
+        import numpy as np
+        x = torch.from_numpy(np.load(os.path.join(a.tensors, "x.npy")).astype(np.float32))
+        p = {}
+        for k in PARAM_NAMES:
+            f = os.path.join(a.tensors, k + ".npy")
+            if os.path.exists(f):
+                p[k] = torch.from_numpy(np.load(f).astype(np.float32))
+        d = x.shape[1]
+        c = (p["w_c"].shape[1] // (2 if op["pool"] == "two_stream" else 1) if "w_c" in p
+             else p["mlp_w2"].shape[1] if "mlp_w2" in p else d)
+    else:
+        x = torch.randn(a.context, d, generator=gen)
+        op["project"] = c != d or a.preset in ("v4_csa", "v4_hca", "v41", "paper_ref")
+        p = torch_params(torch, op, d, c, gen)
+    times = []
+    with torch.inference_mode():
+        out = torch_compress(torch, op, x, p)  # warm-up
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            out = torch_compress(torch, op, x, p)
+            times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    gflop = op_gflop(op, x.shape[0], d, c, p, out.shape[0])
+    od = out.to(torch.float64)
+    row = {"operator": a.preset or op["pool"], "pool": op["pool"], "tokens": x.shape[0], "dim": d, "out_dim": c,
+           "entries": out.shape[0], "threads": a.threads, "reps": a.reps, "median_s": med, "min_s": min(times),
+           "max_s": max(times), "gflop": gflop, "gflops": gflop / med, "checksum": float(od.sum()),
+           "abs_sum": float(od.abs().sum())}
+    print(json.dumps(row))
+    if a.out_npy:
+        import numpy as np
+        np.save(a.out_npy, out.numpy().astype(np.float32))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"provenance": provenance(torch, {k: v for k, v in op.items()}, a.seed), "results": [row]},
+                      f, indent=2)
+    return 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "compress":
+        return compress_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="path to the bench_sweep program")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -151,32 +449,9 @@ def main():
                         "max_ratio_key": max(ratios), "median_ratio_score": smed, "median_ratio_generator": gmed,
                         "rounds": rows})
     if args.out:
-        git = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short=12",
-                              "HEAD"], capture_output=True, text=True).stdout.strip()
-        here = os.path.dirname(os.path.abspath(__file__))
-        version = ""
-        try:
-            with open(os.path.join(here, "..", "include", "kvphase", "version.hpp")) as f:
-                for line in f:
-                    if "KVPHASE_VERSION_STRING" in line:
-                        version = line.split('"')[1]
-        except OSError:
-            pass
-        isa = ""
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
-            isa = " ".join(x for x in ("avx512f", "avx512bw", "avx2", "fma") if x in flags)
-        except OSError:
-            pass
-        doc = {"provenance": {"program": "compare_torch.py", "version": version, "git_hash": git,
-                              "cpu_isa": isa, "torch": torch.__version__,
-                              "python": platform.python_version(), "machine": platform.machine(),
-                              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              "command_line": " ".join(sys.argv), "seed": args.seed,
-                              "config": {"context": N, "dim": D, "window": S, "stride": S, "pool": "mean",
-                                         "batch": BATCH, "rounds": args.rounds, "seconds": args.seconds,
-                                         "bench": args.bench}},
+        doc = {"provenance": provenance(torch, {"context": N, "dim": D, "window": S, "stride": S, "pool": "mean",
+                                                "batch": BATCH, "rounds": args.rounds, "seconds": args.seconds,
+                                                "bench": args.bench}, args.seed),
                "results": results}
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)

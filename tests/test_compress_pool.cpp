@@ -695,6 +695,53 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
   CHECK(a == e);
 }
 
+// The SIMD paths compute projections and the MLP with Eigen's blocked GEMM (detail/gemm.hpp):
+// depths above the kernel's depth block (d = 1300 > kc) and MLPs of more than one entry tile
+// (550 entries, tiles of 512 at W·d = 64) against the reference, and each row's bits independent of the rows
+// computed with it (one row at a time, any thread count, pieces of a stream).
+TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the reference, rows independent of the split",
+          "[compress][pool][gemm]") {
+  {
+    const kc::operator_spec s{.grid = {.window = 2, .stride = 2}, .pool = kc::pool_kind::channel_gate,
+                              .content_std = 1.0};
+    const auto p = params_for<float>(s, 1300, 0, 100, true, false, false, kc::mlp_activation::gelu);
+    const auto x = random_x<float>(21, 1300, 31);
+    simd::for_each_arch([&](auto arch) { check_against_reference<float, decltype(arch)>(s, p, x, 0); });
+    const auto whole = kc::project_tokens(s, p, x);
+    for (index_t t = 0; t < x.rows(); ++t) {
+      const matrix_t<float> row = x.middleRows(t, 1);
+      const auto one = kc::project_tokens(s, p, row);
+      CHECK(one.payload.row(0) == whole.payload.row(t));
+      CHECK(one.logits.row(0) == whole.logits.row(t));
+    }
+    const auto two = kc::project_tokens(s, p, x, 0, {.threads = 2});
+    CHECK(two.payload == whole.payload);
+    CHECK(two.logits == whole.logits);
+  }
+  {
+    const kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::mlp, .rmsnorm = true,
+                              .rope = {.anchor = kc::rope_anchor::end, .rope_dim = 0}};
+    const auto p = params_for<double>(s, 16, 0, 0, false, false, true, kc::mlp_activation::gelu);
+    const auto x = random_x<double>(1100, 16, 32);
+    simd::for_each_arch([&](auto arch) { check_against_reference<double, decltype(arch)>(s, p, x, 0); });
+    const auto a = kc::compress(s, p, x, 0, {.threads = 1});
+    REQUIRE(a.rows() == 550);
+    CHECK(a == kc::compress(s, p, x, 0, {.threads = 2, .stores = kc::store_mode::streaming}));
+    CHECK(a == kc::compress(s, p, x, 0, {.threads = 3}));
+    kc::compress_stream<double> st(s, p, 16);
+    index_t pos = 0, got = 0;
+    for (index_t k = 1; pos < x.rows(); k = k % 37 + 5) {
+      const index_t take = std::min<index_t>(k, x.rows() - pos);
+      const matrix_t<double> piece = x.middleRows(pos, take);
+      const auto rows = st.append(piece);
+      CHECK(rows == a.middleRows(got, rows.rows()));
+      got += rows.rows();
+      pos += take;
+    }
+    CHECK(got == a.rows());
+  }
+}
+
 TEST_CASE("compress: per-head parameters and grid offsets", "[compress][pool]") {
   auto s = kc::v41();
   s.heads = 3;

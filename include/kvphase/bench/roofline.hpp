@@ -61,7 +61,14 @@ inline int num_threads() noexcept {
 #endif
 }
 
-// 16 independent FMA chains of one vector each: throughput-bound, not latency-bound.
+// Independent FMA chains of one vector each: throughput-bound, not latency-bound. 16 where the
+// ISA has 32 vector registers (AVX-512); 12 where it has 16 (AVX2: 16 chains plus the two
+// constants do not fit, and GCC spilled three chains through the stack every iteration, which
+// under-measured the AVX2 peak by about a tenth). 12 still exceed latency × FMA ports (4 × 2).
+template <class Real>
+constexpr int fma_chain_count() {
+  return sizeof(xsimd::batch<Real>) >= 64 ? 16 : 12;
+}
 template <class Real>
 [[gnu::noinline]] inline Real fma_chains(std::int64_t iters) {
   using B = xsimd::batch<Real>;
@@ -74,10 +81,16 @@ template <class Real>
   auto f = [&](B& a) { a = kvphase::simd::fma<Real, A>(a, m, c); };
   for (std::int64_t i = 0; i < iters; ++i) {
     f(a0); f(a1); f(a2); f(a3); f(a4); f(a5); f(a6); f(a7);
-    f(a8); f(a9); f(a10); f(a11); f(a12); f(a13); f(a14); f(a15);
+    f(a8); f(a9); f(a10); f(a11);
+    if constexpr (fma_chain_count<Real>() == 16) { f(a12); f(a13); f(a14); f(a15); }
     asm volatile("" ::: "memory");
   }
-  B s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11)) + ((a12 + a13) + (a14 + a15));
+  B s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11));
+  if constexpr (fma_chain_count<Real>() == 16) {
+    s += (a12 + a13) + (a14 + a15);
+  } else {
+    (void)a12, (void)a13, (void)a14, (void)a15;
+  }
   return xsimd::hadd(s);
 }
 
@@ -105,7 +118,7 @@ template <class Real = float>
 inline double fma_peak_gflops(int threads, int reps = 7) {
   using B = xsimd::batch<Real>;
   const std::int64_t iters = 4'000'000;
-  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  const double flops_per_thread = double(iters) * detail::fma_chain_count<Real>() * 2.0 * double(B::size);
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = clock_type::now();
@@ -133,7 +146,7 @@ template <class Real = float>
 inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
   using B = xsimd::batch<Real>;
   const std::int64_t iters = 4'000'000;
-  const double flops_per_thread = double(iters) * 16.0 * 2.0 * double(B::size);
+  const double flops_per_thread = double(iters) * detail::fma_chain_count<Real>() * 2.0 * double(B::size);
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
     const double c0 = process_cpu_seconds();

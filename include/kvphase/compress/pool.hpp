@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kvphase/compress/capabilities.hpp"
+#include "kvphase/compress/detail/gemm.hpp"
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/compress/position.hpp"
 #include "kvphase/compress/spec.hpp"
@@ -374,6 +375,7 @@ struct compress_workspace {
   std::vector<Real> pay, z;                       ///< projections X·W_C (or [x | x]), X·W_Z
   std::vector<std::vector<Real>> scratch;         ///< per thread: the entry kernel's scratch
   std::vector<std::vector<const Real*>> ptrs;     ///< per thread: slot pointers
+  std::vector<std::vector<Real>> tiles;           ///< per thread: the MLP's entry tiles and GEMM padding
 };
 
 // ---- kernels -----------------------------------------------------------------------------------------
@@ -454,11 +456,41 @@ inline void weighted_rows(const Real* rows, index_t ld, const Real* w, index_t n
   }
 }
 
-/// out[k] = max_{r < n} rows[r·ld + k].
+/// out[k] = max_{r < n} rows[r·ld + k] (slot order r = 0, 1, …). One pass over the sources
+/// with the running maxima in registers (blocks of 8 batches, as weighted_rows); with `nt`, out
+/// is aligned and written with non-temporal stores.
 template <class Real, class Arch>
-inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* out) noexcept {
-  std::memcpy(out, rows, static_cast<std::size_t>(c) * sizeof(Real));
-  for (index_t r = 1; r < n; ++r) simd::max_inplace<Real, Arch>(rows + r * ld, out, c);
+inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* out, bool nt = false) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    constexpr index_t U = 8;
+    for (; k + U * L <= c; k += U * L) {
+      B acc[U];
+      for (index_t u = 0; u < U; ++u) acc[u] = B::load_unaligned(rows + k + u * L);
+      for (index_t r = 1; r < n; ++r) {
+        const Real* src = rows + r * ld + k;
+        for (index_t u = 0; u < U; ++u) acc[u] = xsimd::max(B::load_unaligned(src + u * L), acc[u]);
+      }
+      if (nt) {
+        for (index_t u = 0; u < U; ++u) stream_store<Real, Arch>(out + k + u * L, acc[u]);
+      } else {
+        for (index_t u = 0; u < U; ++u) acc[u].store_unaligned(out + k + u * L);
+      }
+    }
+    for (; k + L <= c; k += L) {
+      B acc = B::load_unaligned(rows + k);
+      for (index_t r = 1; r < n; ++r) acc = xsimd::max(B::load_unaligned(rows + r * ld + k), acc);
+      if (nt) stream_store<Real, Arch>(out + k, acc);
+      else acc.store_unaligned(out + k);
+    }
+  }
+  for (; k < c; ++k) {
+    Real m = rows[k];
+    for (index_t r = 1; r < n; ++r) m = std::max(m, rows[r * ld + k]);
+    out[k] = m;
+  }
 }
 
 /// Channel-wise softmax pooling of one entry. For slot r (of n): payload pay[r][0 … c), logits
@@ -594,7 +626,7 @@ struct engine {
         break;
       }
       case pool_kind::max:
-        max_rows<Real, Arch>(R.x + t0 * R.ldx, R.ldx, n, c, row);
+        max_rows<Real, Arch>(R.x + t0 * R.ldx, R.ldx, n, c, row, direct_nt);
         break;
       case pool_kind::channel_gate:
       case pool_kind::two_stream: {
@@ -643,13 +675,17 @@ struct engine {
         break;
       }
     }
-    if (post) {
-      if (spec->rmsnorm) {
-        rms_norm_inplace<Real, Arch>(row, c, spec->rms_eps, p->rms_weight.size() ? p->rms_weight.data() : nullptr);
-      }
-      if (do_rope) apply_rope(row, anchor_position(g, e, spec->rope.anchor), rope);
-      copy_row(row, dst, nt);
+    if (post) finish(row, e, dst, nt);
+  }
+
+  /// Post-processing of entry e's pooled row (in place: RMSNorm, then RoPE at its anchor), then
+  /// the store to dst; the same pass that pooled the row, while it is in L1.
+  void finish(Real* row, index_t e, Real* dst, bool nt) const noexcept {
+    if (spec->rmsnorm) {
+      rms_norm_inplace<Real, Arch>(row, c, spec->rms_eps, p->rms_weight.size() ? p->rms_weight.data() : nullptr);
     }
+    if (do_rope) apply_rope(row, anchor_position(g, e, spec->rope.anchor), rope);
+    copy_row(row, dst, nt);
   }
 
   /// Weights of a linear pool renormalised over slots m0 … W−1 (as operator_spec::
@@ -686,16 +722,95 @@ struct engine {
   }
 };
 
-/// Token projection rows[t] = x[t] · M for t in [0, n): out is n × M.cols().
+/// Token projection rows[t] = x[t] · M for t in [0, n): out is n × M.cols(). SIMD paths: Eigen's
+/// blocked GEMM (detail/gemm.hpp) on row groups split statically over threads, each row's bits
+/// independent of the split; the scalar path: one weighted_rows pass per token (the reference
+/// order: k = 0, 1, … accumulated in turn).
 template <class Real, class Arch>
 inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const matrix_t<Real>& M, Real* out,
-                         int threads) noexcept {
+                         int threads) {
   const index_t cols = M.cols();
+  if constexpr (simd::is_scalar_v<Arch>) {
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
 #endif
-  for (index_t t = 0; t < n; ++t) weighted_rows<Real, Arch>(M.data(), cols, x + t * ldx, d, cols, out + t * cols);
-  (void)threads;
+    for (index_t t = 0; t < n; ++t) weighted_rows<Real, Arch>(M.data(), cols, x + t * ldx, d, cols, out + t * cols);
+    (void)threads;
+  } else {
+    const index_t groups = (n + row_group - 1) / row_group;
+    auto run = [&](int tid, int nth) {
+      const index_t r0 = std::min(n, groups * tid / nth * row_group);
+      const index_t r1 = std::min(n, groups * (tid + 1) / nth * row_group);
+      std::vector<Real> pad;
+      gemm_rows<Real>(x + r0 * ldx, ldx, M.data(), cols, r1 - r0, d, cols, out + r0 * cols, cols, pad);
+    };
+#if defined(_OPENMP)
+    if (threads > 1 && groups > 1) {
+#pragma omp parallel num_threads(threads)
+      run(omp_get_thread_num(), omp_get_num_threads());
+      return;
+    }
+#endif
+    (void)threads;
+    run(0, 1);
+  }
+}
+
+/// The MLP pool on SIMD paths: entries [a, b) of one thread in tiles of T entries, each tile
+/// three passes over cache-resident data: F = the flattened blocks (T × W·d, masked slots zero,
+/// plus the position encoding), H = act(F·W1 + b1) and O = H·W2 + b2 (two GEMMs: every weight is
+/// read once per tile instead of once per entry), then each row's post-processing and store.
+/// Rows are bitwise independent of the tiling and the thread split (detail/gemm.hpp).
+template <class Real, class Arch>
+void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, index_t pos0, index_t a, index_t b,
+                 index_t e0, Real* out, bool nt, std::vector<Real>& buf) {
+  const pool_params<Real>& p = *eng.p;
+  const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
+  // a tile of F holds ≤ 8 Mi values (32 MiB in float), T ≤ 512 a multiple of the GEMM row group:
+  // W1 is packed once per tile, so larger tiles amortise it (NSA at d = 512: W1 is 64 MiB)
+  const index_t T = std::clamp<index_t>((index_t(1) << 23) / Wd / row_group * row_group, row_group, 512);
+  const index_t tile = std::min(T, b - a);
+  buf.resize(static_cast<std::size_t>(tile * (Wd + H + c)));
+  Real* F = buf.data();
+  Real* Hm = F + tile * Wd;
+  Real* O = Hm + tile * H;
+  std::vector<Real> pad;
+  for (index_t t0 = a; t0 < b; t0 += T) {
+    const index_t m = std::min(T, b - t0);
+    for (index_t i = 0; i < m; ++i) {
+      const token_range src = eng.g.sources(t0 + i);
+      const index_t m0 = std::max<index_t>(0, -src.first);
+      Real* f = F + i * Wd;
+      std::fill(f, f + m0 * d, Real(0));
+      for (index_t r = m0; r < W; ++r) {
+        const Real* xt = x + (src.first + r - pos0) * ldx;
+        Real* fr = f + r * d;
+        if (p.mlp_pos.size()) {
+          const Real* pr = p.mlp_pos.row(r).data();
+          for (index_t k = 0; k < d; ++k) fr[k] = xt[k] + pr[k];
+        } else {
+          std::memcpy(fr, xt, static_cast<std::size_t>(d) * sizeof(Real));
+        }
+      }
+    }
+    gemm_rows<Real>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
+    for (index_t i = 0; i < m * H; ++i) {
+      const index_t j = i % H;
+      double v = static_cast<double>(Hm[i]) + (p.mlp_b1.size() ? static_cast<double>(p.mlp_b1[j]) : 0.0);
+      v = p.activation == mlp_activation::relu ? std::max(0.0, v) : gelu(v);
+      Hm[i] = static_cast<Real>(v);
+    }
+    gemm_rows<Real>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
+    for (index_t i = 0; i < m; ++i) {
+      Real* row = O + i * c;
+      if (p.mlp_b2.size()) {
+        for (index_t k = 0; k < c; ++k) row[k] += p.mlp_b2[k];
+      }
+      Real* dst = out + (t0 + i - e0) * c;
+      if (eng.post) eng.finish(row, t0 + i, dst, nt);
+      else eng.copy_row(row, dst, nt);
+    }
+  }
 }
 
 inline int resolve_threads(const compress_options& o, std::size_t input_bytes) noexcept {
@@ -813,8 +928,17 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     if (s.size() < static_cast<std::size_t>(3 * spec.grid.window)) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
   const std::size_t share = static_cast<std::size_t>(nrows * d) * sizeof(Real) / static_cast<std::size_t>(nt);
   const index_t q = opt.interleave > 0 ? opt.interleave : (share > (std::size_t(96) << 20) ? 4 : 1);
+  auto& tiles = ws.tiles;
+  if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
   auto run = [&](int tid, int n_thr) {
     const index_t a = e0 + E * tid / n_thr, b = e0 + E * (tid + 1) / n_thr;
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      if (spec.pool == pool_kind::mlp) {
+        mlp_entries<Real, Arch>(eng, x, d, pos0, a, b, e0, out, nt_store, tiles[static_cast<std::size_t>(tid)]);
+        if (nt_store) store_fence();
+        return;
+      }
+    }
     Real* sc = scratch[static_cast<std::size_t>(tid)].data();
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
     if (q <= 1 || b - a < 4 * q) {
