@@ -18,8 +18,7 @@
 // (slot gate with per-slot logits and a payload map), v41 / v4_hca (channel gate), v4_csa (two
 // streams), nsa (MLP) at a small shape (N = 4096, d = 128) and a real-model shape (N = 16384,
 // d = 4096, head dim c = 512; nsa: d = 512). Their bytes (input + output + parameters) and FLOPs
-// (2 per multiply-add of the projections and MLP layers, 1 per pooled source element) are
-// counted; the bound is the larger of the time to read the input and parameters once (at the
+// are compress::compress_cost's (compress/cost.hpp: the same formulas as kvphase-bench); the bound is the larger of the time to read the input and parameters once (at the
 // paired input-read rate; output stores not counted) and FLOPs / FMA peak (roofline.hpp, both
 // timed before every call; medians); roofline_frac = bound / median time, fma_bound = 1 when the
 // FMA peak is the bound, peak_frac_cpu = GFLOP per CPU-second of the job / the FMA peak per
@@ -224,21 +223,6 @@ op_case make_case(const std::string& kind, bool real) {
   return o;
 }
 
-/// FLOPs of one call: 2 per multiply-add of the token projections / MLP layers, 1 per pooled
-/// source element (the pooling pass).
-double op_flops(const op_case& o) {
-  const auto& p = o.p;
-  const double N = static_cast<double>(o.n), d = static_cast<double>(o.d);
-  const double E = static_cast<double>(o.spec.grid.num_entries(o.n));
-  const double W = static_cast<double>(o.spec.grid.window);
-  const double c = static_cast<double>(p.output_dim(o.spec, o.d));
-  double f = E * W * c;
-  f += 2.0 * N * d * static_cast<double>(p.w_c.cols() + p.w_z.cols());
-  f += 2.0 * E * W * d * static_cast<double>(p.slot_u.size() ? 1 : 0);
-  f += 2.0 * E * static_cast<double>(p.mlp_w1.rows() * p.mlp_w1.cols() + p.mlp_w2.rows() * p.mlp_w2.cols());
-  return f;
-}
-
 void run_kind(benchmark::State& st, const std::string& kind, bool real) {
   const int threads = static_cast<int>(st.range(0));
   const op_case o = make_case(kind, real);
@@ -251,7 +235,9 @@ void run_kind(benchmark::State& st, const std::string& kind, bool real) {
   const kc::compress_options opt{.threads = threads};
   kc::compress_workspace<float> ws;
   auto job = [&] { kc::compress_into<float>(o.spec, o.p, xv, ov, 0, opt, &ws); };
-  const double flops = op_flops(o);
+  // bytes and FLOPs of the pass: compress/cost.hpp (the formulas kvphase-bench uses)
+  const kc::pass_cost cost = kc::compress_cost(o.spec, o.p, dd, n);
+  const double flops = cost.flops();
   job();
   // Paired: each iteration times the input read, the FMA peak (wall clock and per CPU-second)
   // and the job (wall clock and CPU seconds of the process) back to back.
@@ -269,15 +255,11 @@ void run_kind(benchmark::State& st, const std::string& kind, bool real) {
     st.SetIterationTime(sec);
     benchmark::ClobberMemory();
   }
-  const auto& p = o.p;
-  const double param_elems = static_cast<double>(p.w_c.size() + p.w_z.size() + p.slot_u.size() + p.mlp_w1.size() +
-                                                 p.mlp_w2.size() + p.slot_bias_c.size());
-  const double bytes = (static_cast<double>(n * dd + E * c) + param_elems) * sizeof(float);
+  const double bytes = cost.bytes();
   // memory bound: reading the input and the parameters once at the paired input-read rate (the
   // output's stores are not counted: the bound errs high, as the project's other read rooflines)
   const double med = kvphase::bench::median(times), cpu = kvphase::bench::median(cpus);
-  const double mem_sec = kvphase::bench::median(roofs) * (static_cast<double>(n * dd) + param_elems) /
-                         static_cast<double>(n * dd);
+  const double mem_sec = kvphase::bench::median(roofs) * cost.read_bytes() / (static_cast<double>(n * dd) * sizeof(float));
   const double peak = kvphase::bench::median(peaks), peak_cpu = kvphase::bench::median(peaks_cpu);
   const double fma_sec = flops / (peak * 1e9);
   st.counters["roofline_frac"] = std::max(mem_sec, fma_sec) / med;
