@@ -21,14 +21,17 @@
 // trial: one trial of a sweep configuration (a sweep_config as JSON, or a kvphase-sweep JSON
 // output, whose provenance holds it): time per trial and, where the task states its normals per
 // trial, the share the Gaussian generator alone would take.
-// --compare-torch runs benchmarks/compare_torch.py (or --torch-script) on the compress rows when
-// python3 imports torch, and says so when it does not.
+// --compare-torch runs benchmarks/compare_torch.py compress (or --torch-script, with --python's
+// interpreter) on every warm compress row with the row's input and parameters, and checks the
+// outputs agree within the float rounding bound (exit 1 if not, or if the script fails) when
+// the interpreter imports torch, and says so when it does not.
 // Output: a table on stdout; --csv / --json with provenance. Progress on stderr. Bad flags or
 // values exit 2 naming the flag.
 
 #include <CLI/CLI.hpp>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "cli_common.hpp"
 #include "cli_operator.hpp"
@@ -43,6 +46,7 @@
 #include <kvphase/io/csv.hpp>
 #include <kvphase/io/fields_json.hpp>
 #include <kvphase/io/json.hpp>
+#include <kvphase/io/npy.hpp>
 #include <kvphase/io/provenance.hpp>
 #include <kvphase/io/study.hpp>
 #include <kvphase/sim/normal.hpp>
@@ -399,7 +403,13 @@ kc::pool_params<float> job_params(const kc::operator_spec& s, const shape_flags&
   return kc::make_params<float>(s, sh.dim, init);
 }
 
-std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_flags& rf, bool quiet) {
+/// Called on each warm compress row after it is timed, with the operator, its parameters, the
+/// input (N × d) and the library's output (E × c) of the last repetition: the PyTorch peer.
+using compress_peer = std::function<void(row&, const kc::operator_spec&, const kc::pool_params<float>&,
+                                         kvphase::matrix_view<float>, kvphase::matrix_view<float>)>;
+
+std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_flags& rf, bool quiet,
+                              const compress_peer& peer = {}) {
   std::vector<row> rows;
   std::vector<std::string> caches{"warm"};
   if (rf.cold) caches.push_back("cold");
@@ -438,6 +448,7 @@ std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_f
         const auto t = measure([&] { kc::compress_into<float>(s, p, xv, ov, 0, opt, &ws); }, x.p, x.n, threads,
                                rf.reps, rf.seconds, cache == "cold", [] {});
         finish_row(r, t, static_cast<double>(x.n * sizeof(float)));
+        if (peer && cache == "warm") peer(r, s, p, xv, kvphase::matrix_view<float>(out.p, cost.entries, cost.out_dim));
         rows.push_back(r);
         if (!quiet) printer.update(++done, total);
       }
@@ -656,47 +667,108 @@ std::vector<row> run_trial(const sim::sweep_config& c, const std::string& label,
 
 // ---- --compare-torch -----------------------------------------------------------------------------
 
-bool torch_available() { return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0; }
-
-/// Runs the PyTorch peer on the compress rows: writes them as JSON, calls
-///   python3 SCRIPT --kvphase-bench-rows IN.json --out OUT.json
-/// and reads back, per row index, {"torch_median_s", "agree", "max_abs_diff"}. Annotates the rows.
-void compare_torch(std::vector<row>& rows, const std::string& script, bool required) {
-  if (!torch_available()) {
-    const std::string msg = "PyTorch is not importable by python3 (apt-get install -y python3-torch, or "
-                            "scripts/setup.sh --with-torch): no PyTorch comparison made";
-    kvphase::require(!required, "require-torch", "given", msg);
-    std::cerr << program << ": --compare-torch: " << msg << "\n";
-    for (auto& r : rows) r.torch = "torch n/a";
-    return;
-  }
-  const std::string in = (std::filesystem::temp_directory_path() / "kvphase_bench_rows.json").string();
-  const std::string out = (std::filesystem::temp_directory_path() / "kvphase_bench_torch.json").string();
-  io::ordered_json j = io::ordered_json::array();
-  for (const auto& r : rows)
-    j.push_back({{"name", r.name}, {"command", r.command}, {"kind", r.kind}, {"tokens", r.tokens}, {"dim", r.dim},
-                 {"out_dim", r.out_dim}, {"threads", r.threads}, {"median_s", r.median_s}});
-  sim::write_text_file(in, io::json_text(j));
-  const std::string cmd = "python3 '" + script + "' --kvphase-bench-rows '" + in + "' --out '" + out + "'";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    const std::string msg = "`" + cmd + "` failed (exit " + std::to_string(rc) +
-                            "): the script must accept --kvphase-bench-rows (docs/performance.md)";
-    kvphase::require(!required, "compare-torch", script, msg);
-    std::cerr << program << ": --compare-torch: " << msg << "\n";
-    for (auto& r : rows) r.torch = "torch failed";
-    return;
-  }
-  const auto res = io::parse_json_as<io::ordered_json>(io::read_text_file(out), out);
-  for (std::size_t i = 0; i < rows.size() && i < res.size(); ++i) {
-    const auto& e = res[i];
-    if (!e.is_object() || !e.contains("torch_median_s")) continue;
-    const double tm = e["torch_median_s"].get<double>();
-    rows[i].torch = "torch/kvphase " + fixed(tm / rows[i].median_s, 2) +
-                    (e.value("agree", false) ? ", outputs agree" : ", outputs DIFFER") +
-                    (e.contains("max_abs_diff") ? " (max |diff| " + io::format_shortest(e["max_abs_diff"].get<double>()) + ")" : "");
-  }
+bool torch_available(const std::string& python) {
+  return std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
 }
+
+/// The PyTorch peer of one compress row (benchmarks/compare_torch.py compress, its CLI in the
+/// file comment): the row's input and parameters go to .npy files in a temporary directory, the
+/// script runs the operator as a PyTorch user writes it on the same data, with the same thread
+/// count, and writes its output and its median time; the outputs must agree within the float
+/// rounding bound 2·K·u·max(1, max|out|), K = the longest reduction of the pass (d, or W·d + H
+/// for the MLP, plus W and c), u = 2⁻²⁴ — a worst-case bound, so a difference above it is a
+/// defect of one side, not noise. The row gets "torch/kvphase <ratio>, outputs agree (…)".
+struct torch_peer {
+  std::string python = "python3";
+  std::string script;
+  index_t reps = 3;
+  int disagreements = 0;
+
+  void operator()(row& r, const kc::operator_spec& s, const kc::pool_params<float>& p, kvphase::matrix_view<float> x,
+                  kvphase::matrix_view<float> out) {
+    namespace fs = std::filesystem;
+    if (!s.rope.inv_freq.empty() || s.rope.yarn.factor != 1.0) {
+      r.torch = "torch n/a (explicit RoPE frequencies or YaRN)";
+      return;
+    }
+    const fs::path dir = fs::temp_directory_path() / ("kvphase_bench_torch_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto save_matrix = [&](const char* name, const auto& m) {
+      if (m.size()) io::write_npy<float>((dir / (std::string(name) + ".npy")).string(), kvphase::matrix_t<float>(m));
+    };
+    auto save_vector = [&](const char* name, const auto& v) {
+      const std::int64_t shape[1] = {static_cast<std::int64_t>(v.size())};
+      if (v.size())
+        io::write_npy<float>((dir / (std::string(name) + ".npy")).string(),
+                             std::span<const float>(v.data(), static_cast<std::size_t>(v.size())), shape, io::tensor_dtype::f32);
+    };
+    const std::int64_t xshape[2] = {static_cast<std::int64_t>(x.rows()), static_cast<std::int64_t>(x.cols())};
+    io::write_npy<float>((dir / "x.npy").string(), std::span<const float>(x.data(), static_cast<std::size_t>(x.size())),
+                         xshape, io::tensor_dtype::f32);
+    save_vector("content_u", p.content_u);
+    save_matrix("slot_u", p.slot_u);
+    save_matrix("w_c", p.w_c);
+    save_matrix("w_z", p.w_z);
+    save_matrix("slot_bias_c", p.slot_bias_c);
+    save_matrix("mlp_pos", p.mlp_pos);
+    save_matrix("mlp_w1", p.mlp_w1);
+    save_vector("mlp_b1", p.mlp_b1);
+    save_matrix("mlp_w2", p.mlp_w2);
+    save_vector("mlp_b2", p.mlp_b2);
+    save_vector("rms_weight", p.rms_weight);
+    auto list = [](const std::vector<double>& v) {
+      std::string t;
+      for (double w : v) t += " " + io::format_shortest(w);
+      return t;
+    };
+    std::string cmd = "'" + python + "' '" + script + "' compress --pool " + kc::to_string(s.pool) + " --window " +
+                      std::to_string(s.grid.window) + " --stride " + std::to_string(s.grid.stride) + " --origin " +
+                      std::to_string(s.grid.origin) + " --convention " + kc::to_string(s.grid.convention) +
+                      " --rms-eps " + io::format_shortest(s.rms_eps) + " --rope-anchor " + kc::to_string(s.rope.anchor) +
+                      " --rope-theta " + io::format_shortest(s.rope.theta) + " --rope-dim " +
+                      std::to_string(s.rope.rope_dim) + " --activation " + kc::to_string(p.activation) +
+                      " --context " + std::to_string(x.rows()) + " --dim " + std::to_string(x.cols()) + " --head-dim " +
+                      std::to_string(out.cols()) + " --threads " + std::to_string(r.threads) + " --reps " +
+                      std::to_string(reps) + " --tensors '" + dir.string() + "' --out-npy '" + (dir / "torch.npy").string() +
+                      "' --out '" + (dir / "torch.json").string() + "' > /dev/null";
+    if (!s.slot_weights.empty()) cmd += " --slot-weights" + list(s.slot_weights);
+    if (!s.slot_bias.empty()) cmd += " --slot-bias" + list(s.slot_bias);
+    if (s.rmsnorm) cmd += " --rmsnorm";
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      r.torch = "torch failed (exit " + std::to_string(rc) + ")";
+      std::cerr << program << ": --compare-torch: `" << cmd << "` failed (exit " << rc << ")\n";
+      ++disagreements;
+      fs::remove_all(dir);
+      return;
+    }
+    const auto res = io::parse_json((io::read_text_file((dir / "torch.json").string())), "compare_torch.py output");
+    const double torch_s = io::json_number(res.at("results").at(0).at("median_s"), "compare_torch.py median_s", 0.0,
+                                           std::numeric_limits<double>::infinity());
+    const io::npy_file tout((dir / "torch.npy").string());
+    const auto tv = tout.values<float>();
+    double diff = std::numeric_limits<double>::infinity(), scale = 1.0;
+    if (tv.size() == static_cast<std::size_t>(out.size())) {
+      diff = 0.0;
+      for (index_t e = 0; e < out.rows(); ++e)
+        for (index_t k = 0; k < out.cols(); ++k) {
+          const double a = out(e, k), b = tv[static_cast<std::size_t>(e * out.cols() + k)];
+          diff = std::max(diff, std::abs(a - b));
+          scale = std::max(scale, std::abs(a));
+        }
+    }
+    const double W = static_cast<double>(s.grid.window), d = static_cast<double>(x.cols());
+    const double K = (s.pool == kc::pool_kind::mlp ? W * d + static_cast<double>(p.mlp_w1.cols()) : d) + W +
+                     static_cast<double>(out.cols());
+    const double tol = 2.0 * K * 0x1p-24 * scale;
+    const bool agree = diff <= tol;
+    if (!agree) ++disagreements;
+    r.torch = "torch/kvphase " + fixed(torch_s / r.median_s, 2) + (agree ? ", outputs agree" : ", outputs DIFFER") +
+              " (max |diff| " + io::format_shortest(diff) + ", bound " + io::format_shortest(tol) + ")";
+    fs::remove_all(dir);
+  }
+};
 
 }  // namespace
 
@@ -713,6 +785,8 @@ int main(int argc, char** argv) {
   std::string study;
   bool all = false, torch = false, require_torch = false;
   std::string torch_script = "benchmarks/compare_torch.py";
+  std::string torch_python = "python3";
+  int torch_disagreements = 0;
   cl::add_operator_flags(*sc, opf);
   add_shape_flags(*sc, shape);
   add_run_flags(*sc, rf_c);
@@ -721,6 +795,8 @@ int main(int argc, char** argv) {
   sc->add_flag("--compare-torch", torch, "also time the PyTorch peer (benchmarks/compare_torch.py) when torch imports");
   sc->add_flag("--require-torch", require_torch, "with --compare-torch: a missing torch is an error (exit 2)");
   sc->add_option("--torch-script", torch_script, "the PyTorch peer script")->capture_default_str();
+  sc->add_option("--python", torch_python, "the Python interpreter that has torch (Debian: /usr/bin/python3)")
+      ->capture_default_str();
   // attention
   auto* sa = app.add_subcommand("attention", "time attention calls: compressed + window, top-k, NSA, decode");
   cl::operator_flags opa;
@@ -778,7 +854,7 @@ int main(int argc, char** argv) {
           const std::string& a = args[i];
           const bool shape_or_run = a == "--context" || a == "--dim" || a == "--head-dim" || a == "--threads" ||
                                     a == "--reps" || a == "--seconds" || a == "--csv" || a == "--json" ||
-                                    a == "--seed" || a == "--torch-script" || a == "--mlp-hidden";
+                                    a == "--seed" || a == "--torch-script" || a == "--python" || a == "--mlp-hidden";
           if (shape_or_run) {
             ++i;
             continue;
@@ -789,8 +865,23 @@ int main(int argc, char** argv) {
         if (shape.mlp_hidden > 0) j.args.insert(j.args.end(), {"--mlp-hidden", std::to_string(shape.mlp_hidden)});
         jobs.push_back(j);
       }
-      rows = run_compress(jobs, *rf, rf->quiet);
-      if (torch || require_torch) compare_torch(rows, torch_script, require_torch);
+      torch_peer peer{.python = torch_python, .script = torch_script};
+      compress_peer hook;
+      if (torch || require_torch) {
+        if (torch_available(torch_python)) {
+          hook = std::ref(peer);
+        } else {
+          const std::string msg = "PyTorch is not importable by " + torch_python + " (apt-get install -y python3-torch, or "
+                                  "scripts/setup.sh --with-torch; --python names the interpreter): no PyTorch comparison made";
+          kvphase::require(!require_torch, "require-torch", "given", msg);
+          std::cerr << program << ": --compare-torch: " << msg << "\n";
+        }
+      }
+      rows = run_compress(jobs, *rf, rf->quiet, hook);
+      torch_disagreements = peer.disagreements;
+      if (peer.disagreements > 0)
+        std::cerr << program << ": --compare-torch: " << peer.disagreements
+                  << " row(s) where PyTorch failed or the outputs differ beyond the rounding bound (column torch)\n";
       cfg["subcommand"] = "compress";
     } else if (sa->parsed()) {
       rf = &rf_a;
@@ -833,6 +924,6 @@ int main(int argc, char** argv) {
                  "measured in this process beside each row; cpu_frac: the same per CPU-second of the process "
                  "(steadier when the machine is shared)\n";
     write_outputs(rows, *rf, cfg, argc, argv);
-    return 0;
+    return torch_disagreements > 0 ? 1 : 0;  // a PyTorch peer that failed or disagrees is a finding
   });
 }
