@@ -26,6 +26,7 @@
 #include "kvphase/io/fields_json.hpp"
 #include "kvphase/io/provenance.hpp"
 #include "kvphase/io/safetensors.hpp"
+#include "kvphase/lm/checkpoint.hpp"
 #include "kvphase/lm/data.hpp"
 #include "kvphase/lm/model.hpp"
 #include "kvphase/lm/train.hpp"
@@ -61,46 +62,6 @@ lm::model_config preset(const std::string& name, const lm::model_config& base) {
     fail("preset", name, "must be csa, full, nope, uniform, gated-s2, gated-s4 or gated-s8");
   }
   return m;
-}
-
-/// The model as a safetensors checkpoint named like a DeepSeek-V4 one (compress/checkpoint.hpp
-/// reads each compressed layer's compressor). A uniform layer is stored as the two-stream
-/// compressor it equals: both streams W_C, zero gates, zero slot bias.
-void save_checkpoint(lm::lm& model, const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  io::safetensors_writer w;
-  torch::NoGradGuard ng;
-  const auto& c = model->cfg;
-  std::vector<std::string> uniform;  // compressor prefixes of uniform layers
-  for (std::size_t l = 0; l < model->kinds.size(); ++l)
-    if (model->kinds[l] == lm::layer_kind::uniform)
-      uniform.push_back("model.layers." + std::to_string(l) + ".self_attn.compressor");
-  auto put = [&](const std::string& name, torch::Tensor t) {
-    t = t.detach().to(torch::kFloat32).contiguous();
-    std::vector<std::int64_t> shape(t.sizes().begin(), t.sizes().end());
-    w.add<float>(name, shape, std::span<const float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())),
-                 io::tensor_dtype::f32);
-  };
-  for (const auto& kv : model->named_parameters()) {
-    auto t = kv.value();
-    for (const auto& P : uniform)
-      if (kv.key() == P + ".kv_proj.weight") t = torch::cat({t, t}, 0);  // streams a and b equal
-    put(kv.key(), t);
-  }
-  for (const auto& P : uniform) {
-    put(P + ".gate_proj.weight", torch::zeros({2 * c.head_dim, c.d_model}));
-    put(P + ".position_bias", torch::zeros({c.stride, 2 * c.head_dim}));
-  }
-  w.metadata("format", "kvphase.lm/1");
-  w.metadata("schedule", c.schedule);
-  w.write(dir + "/model.safetensors");
-  nlohmann::json cfg;
-  cfg["model_type"] = "kvphase_lm";
-  cfg["compress_rope_theta"] = c.rope_theta;
-  cfg["qk_rope_head_dim"] = c.rope_dim;
-  cfg["rms_norm_eps"] = c.rms_eps;
-  cfg["kvphase"] = io::fields_to_json(c);
-  std::ofstream(dir + "/config.json") << cfg.dump(2) << "\n";
 }
 
 struct run_record {
@@ -196,7 +157,7 @@ int main(int argc, char** argv) {
         }
         std::ostringstream dir;
         dir << out << "/ckpt_" << n << "_seed" << rec.seed;
-        save_checkpoint(model, dir.str());
+        lm::save_checkpoint(model, dir.str());
         runs.push_back(std::move(rec));
       }
     if (!quiet) progress.finish();

@@ -3,9 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
+#include <unistd.h>
+
+#include "kvphase/compress/checkpoint.hpp"
 #include "kvphase/compress/pool.hpp"
+#include "kvphase/lm/checkpoint.hpp"
 #include "kvphase/lm/data.hpp"
 #include "kvphase/lm/model.hpp"
 #include "kvphase/lm/train.hpp"
@@ -72,6 +77,39 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     std::cout << lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " err " << err << " tol " << tol << "\n";
     CHECK(err <= tol);
   }
+}
+
+TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
+  torch::manual_seed(11);
+  torch::NoGradGuard ng;
+  lm::model_config cfg;
+  cfg.schedule = "csa,uniform,full";
+  lm::lm m(cfg);
+  m->model->blocks[0]->self_attn->comp->position_bias.normal_(0.0, 1.0);
+  const auto dir = std::filesystem::temp_directory_path() / ("kvphase_lm_ckpt_" + std::to_string(::getpid()));
+  lm::save_checkpoint(m, dir.string());
+  const io::safetensors_checkpoint ck((dir / "model.safetensors").string());
+  const auto opt = compress::v4_options_for((dir / "model.safetensors").string());
+  CHECK(!compress::has_v4_compressor(ck, 2, opt));  // the full layer has none
+  auto x = torch::randn({1, 29, cfg.d_model});
+  for (index_t l : {0, 1}) {
+    const auto L = compress::load_v4_layer<float>(ck, l, opt);
+    CHECK(L.csa);
+    CHECK(L.compressor.spec.grid.window == cfg.window);
+    CHECK(L.compressor.spec.grid.stride == cfg.stride);
+    const auto got = rows_of(m->model->blocks[static_cast<std::size_t>(l)]->self_attn->comp->forward(x));
+    const auto want = compress::compress<float>(L.compressor.spec, L.compressor.params, rows_of(x));
+    REQUIRE(want.rows() == got.rows());
+    // the bound of the equality test above (n = D + 2W + c + 4, logit gain 1 + max|logit|)
+    const auto& P = L.compressor.params;
+    const double zmax = (rows_of(x) * P.w_z).cwiseAbs().maxCoeff() + P.slot_bias_c.cwiseAbs().maxCoeff();
+    const double u = std::ldexp(1.0, -24), n = static_cast<double>(cfg.d_model + 2 * cfg.window + cfg.head_dim + 4);
+    const double tol = 2.0 * n * u / (1.0 - n * u) * (1.0 + zmax) * std::max<double>(want.cwiseAbs().maxCoeff(), 1.0) *
+                       std::sqrt(static_cast<double>(cfg.head_dim));
+    INFO("layer " << l << ": max |torch - loaded| = " << (got - want).cwiseAbs().maxCoeff() << ", tolerance " << tol);
+    CHECK((got - want).cwiseAbs().maxCoeff() <= tol);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("lm model: attention sees only complete entries and the raw window", "[lm]") {
