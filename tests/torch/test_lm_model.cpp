@@ -1,5 +1,6 @@
 // The libtorch LM (lm/model.hpp): its compressed layers equal kvphase::compress:: on the same
 // weights, and a tiny model learns key–value recall (quick run, < 60 s).
+// REQUIRE only: libtorch pulls in glog, whose CHECK macro replaces Catch's.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -75,7 +76,7 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     const double err = (got - want).cwiseAbs().maxCoeff();
     INFO("max |torch - compress::| = " << err << ", tolerance " << tol);
     std::cout << lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " err " << err << " tol " << tol << "\n";
-    CHECK(err <= tol);
+    REQUIRE(err <= tol);
   }
 }
 
@@ -90,13 +91,13 @@ TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
   lm::save_checkpoint(m, dir.string());
   const io::safetensors_checkpoint ck((dir / "model.safetensors").string());
   const auto opt = compress::v4_options_for((dir / "model.safetensors").string());
-  CHECK(!compress::has_v4_compressor(ck, 2, opt));  // the full layer has none
+  REQUIRE(!compress::has_v4_compressor(ck, 2, opt));  // the full layer has none
   auto x = torch::randn({1, 29, cfg.d_model});
   for (index_t l : {0, 1}) {
     const auto L = compress::load_v4_layer<float>(ck, l, opt);
-    CHECK(L.csa);
-    CHECK(L.compressor.spec.grid.window == cfg.window);
-    CHECK(L.compressor.spec.grid.stride == cfg.stride);
+    REQUIRE(L.csa);
+    REQUIRE(L.compressor.spec.grid.window == cfg.window);
+    REQUIRE(L.compressor.spec.grid.stride == cfg.stride);
     const auto got = rows_of(m->model->blocks[static_cast<std::size_t>(l)]->self_attn->comp->forward(x));
     const auto want = compress::compress<float>(L.compressor.spec, L.compressor.params, rows_of(x));
     REQUIRE(want.rows() == got.rows());
@@ -107,7 +108,7 @@ TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
     const double tol = 2.0 * n * u / (1.0 - n * u) * (1.0 + zmax) * std::max<double>(want.cwiseAbs().maxCoeff(), 1.0) *
                        std::sqrt(static_cast<double>(cfg.head_dim));
     INFO("layer " << l << ": max |torch - loaded| = " << (got - want).cwiseAbs().maxCoeff() << ", tolerance " << tol);
-    CHECK((got - want).cwiseAbs().maxCoeff() <= tol);
+    REQUIRE((got - want).cwiseAbs().maxCoeff() <= tol);
   }
   std::filesystem::remove_all(dir);
 }
@@ -127,8 +128,8 @@ TEST_CASE("lm model: attention sees only complete entries and the raw window", "
     tok2.index_put_({0, 25}, (tok[0][25].item<std::int64_t>() + 1) % cfg.vocab);
     auto b = m->forward(tok2);
     INFO(sched);
-    CHECK(torch::equal(a.narrow(1, 0, 25), b.narrow(1, 0, 25)));
-    CHECK(!torch::equal(a.narrow(1, 25, 1), b.narrow(1, 25, 1)));
+    REQUIRE(torch::equal(a.narrow(1, 0, 25), b.narrow(1, 0, 25)));
+    REQUIRE(!torch::equal(a.narrow(1, 25, 1), b.narrow(1, 25, 1)));
   }
 }
 
@@ -161,6 +162,8 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
   const double bound = std::log(static_cast<double>(d.values));
   INFO("eval loss " << r.eval.mean_loss() << " ± " << r.eval.loss_se() << ", bound " << bound << ", recall "
                     << r.eval.mean_recall());
-  CHECK(r.eval.mean_loss() + 5.0 * r.eval.loss_se() < bound);
-  CHECK(r.history.front().train_loss > r.history.back().train_loss);
+  std::cout << "quick run: eval loss " << r.eval.mean_loss() << " ± " << r.eval.loss_se() << " (bound " << bound
+            << "), recall " << r.eval.mean_recall() << ", " << r.cpu_seconds << " CPU s\n";
+  REQUIRE(r.eval.mean_loss() + 5.0 * r.eval.loss_se() < bound);
+  REQUIRE(r.history.front().train_loss > r.history.back().train_loss);
 }
