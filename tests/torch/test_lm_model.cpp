@@ -113,7 +113,7 @@ TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("lm model: attention sees only complete entries and the raw window", "[lm]") {
+TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   // A change at a token must not move the outputs of earlier positions (causality through
   // the compressed entries, the raw window and the MLPs).
   torch::manual_seed(3);
