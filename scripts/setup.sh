@@ -3,13 +3,19 @@
 # Idempotent: runs `apt-get update` once, and only when something is missing.
 # --with-torch also installs Debian's python3-torch, used only by benchmarks/compare_torch.py
 # (the PyTorch comparison of the sweep trial); nothing in the build or the tests needs it.
+# --with-libtorch installs Debian's libtorch-dev (1.13, CPU; about 510 MB with its dependencies):
+# the build then adds the LM trainer train_lm and its test kvphase_tests_lm (KVPHASE_WITH_TORCH
+# AUTO, cmake/kvphase_torch.cmake). CI does not install it: its two TUs cost about 1 CPU-minute
+# and 2 GB each to compile.
 set -euo pipefail
 
 with_torch=0
+with_libtorch=0
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
-    *) echo "setup: unknown argument '$arg' (known: --with-torch)" >&2; exit 2 ;;
+    --with-libtorch) with_libtorch=1 ;;
+    *) echo "setup: unknown argument '$arg' (known: --with-torch, --with-libtorch)" >&2; exit 2 ;;
   esac
 done
 
@@ -23,6 +29,7 @@ packages=(
   slurm-wlm munge openmpi-bin
 )
 if [ "$with_torch" -eq 1 ]; then packages+=(python3-torch); fi
+if [ "$with_libtorch" -eq 1 ]; then packages+=(libtorch-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

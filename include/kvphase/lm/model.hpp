@@ -1,0 +1,442 @@
+#pragma once
+/// \file lm/model.hpp
+/// A small decoder-only transformer language model in libtorch whose compressed attention layers
+/// are the library's compressors (compress/pool.hpp) written as differentiable tensor code.
+/// Optional component: only translation units that link libtorch (examples/train_lm.cpp,
+/// tests/torch/) include this header; the rest of kvphase stays header-only and torch-free.
+///
+/// Model: token embedding → L × [x += attn(rmsnorm(x)); x += mlp(rmsnorm(x))] → rmsnorm → logits.
+/// MLP: SiLU-gated (down(silu(gate(x)) ⊙ up(x))). Attention per layer from the schedule:
+///  - full:     causal attention over every raw token.
+///  - csa:      DeepSeek-V4 CSA compressor (pool two_stream, W = 2S): learned channel-wise gates
+///              with a per-slot bias, RMSNorm with weight, RoPE at the entry's block start.
+///  - gated:    channel-wise gated pool (pool channel_gate) on any V4 grid W ≥ S (W = S: HCA).
+///  - uniform:  mean pooling of the projected tokens on the CSA grid (W = 2S), RMSNorm, RoPE.
+/// A compressed layer's query at t sees the complete entries (last source ≤ t), the raw window
+/// (the last raw_window tokens, t included) and, when `sink` is set, a learned per-head sink
+/// logit with a zero value. One shared key/value row per position (keys are values, as in V4),
+/// H query heads of width c. RoPE rotates adjacent pairs of the last rope_dim channels
+/// (compress/position.hpp); queries at t, raw keys at their position, entries at their anchor;
+/// the attention output is rotated back by −t. NoPE (rope = false): no rotation anywhere.
+///
+/// Parameter names follow the Hugging Face deepseek_v4 layout read by compress/checkpoint.hpp
+/// (model.layers.L.self_attn.compressor.{kv_proj.weight, gate_proj.weight, position_bias,
+/// kv_norm.weight}), so a saved model is read like a real checkpoint (lm/checkpoint.hpp).
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kvphase/compress/pool.hpp"
+#include "kvphase/compress/spec.hpp"
+#include "kvphase/core/error.hpp"
+#include "kvphase/core/fields.hpp"
+#include "kvphase/core/types.hpp"
+
+namespace kvphase::lm {
+
+/// Attention kind of one layer.
+enum class layer_kind { full, csa, gated, uniform };
+
+inline const char* to_string(layer_kind k) noexcept {
+  switch (k) {
+    case layer_kind::full: return "full";
+    case layer_kind::csa: return "csa";
+    case layer_kind::gated: return "gated";
+    case layer_kind::uniform: return "uniform";
+  }
+  return "?";
+}
+inline void parse(std::string_view s, layer_kind& out) {
+  for (layer_kind k : {layer_kind::full, layer_kind::csa, layer_kind::gated, layer_kind::uniform})
+    if (s == to_string(k)) {
+      out = k;
+      return;
+    }
+  fail("layer", std::string(s), "must be full, csa, gated or uniform");
+}
+
+/// Architecture of the model (the field list keys outputs and checkpoints).
+struct model_config {
+  index_t vocab = 64;
+  index_t d_model = 64;
+  index_t heads = 2;          ///< query heads
+  index_t head_dim = 32;      ///< c: width of a query head and of the shared key/value row
+  index_t mlp_hidden = 128;
+  std::string schedule = "csa,csa";  ///< one layer_kind per layer, comma-separated
+  index_t window = 8;         ///< W of compressed layers (csa and uniform: 2S)
+  index_t stride = 4;         ///< S
+  index_t raw_window = 4;     ///< raw tokens a compressed layer's query sees (t included)
+  bool sink = true;           ///< learned attention sink per head
+  bool rope = true;           ///< false: NoPE
+  index_t rope_dim = 16;      ///< rotated channels (the last rope_dim of a row)
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-6;
+
+  [[nodiscard]] std::vector<layer_kind> layers() const {
+    std::vector<layer_kind> out;
+    std::size_t a = 0;
+    while (a <= schedule.size()) {
+      const std::size_t b = std::min(schedule.find(',', a), schedule.size());
+      layer_kind k{};
+      parse(std::string_view(schedule).substr(a, b - a), k);
+      out.push_back(k);
+      a = b + 1;
+    }
+    return out;
+  }
+  [[nodiscard]] compress::operator_spec layer_spec(layer_kind k) const {
+    compress::operator_spec s;
+    s.grid = {.window = window, .stride = stride};
+    s.pool = k == layer_kind::csa ? compress::pool_kind::two_stream
+             : k == layer_kind::gated ? compress::pool_kind::channel_gate
+                                      : compress::pool_kind::mean;
+    s.rmsnorm = true;
+    s.rms_eps = rms_eps;
+    if (rope) s.rope = {.anchor = compress::rope_anchor::start, .theta = rope_theta, .rope_dim = rope_dim};
+    s.name = to_string(k);
+    return s;
+  }
+  void validate() const {
+    require(vocab >= 2 && vocab <= 1 << 20, "vocab", vocab, "must be in [2, 2^20]");
+    require(d_model >= 1 && d_model <= 8192, "d_model", d_model, "must be in [1, 8192]");
+    require(heads >= 1 && heads <= 256, "heads", heads, "must be in [1, 256]");
+    require(head_dim >= 2 && head_dim <= 4096 && head_dim % 2 == 0, "head_dim", head_dim, "must be even, in [2, 4096]");
+    require(mlp_hidden >= 1 && mlp_hidden <= 65536, "mlp_hidden", mlp_hidden, "must be in [1, 65536]");
+    require(stride >= 1 && stride <= 4096, "stride", stride, "must be in [1, 4096]");
+    require(window >= stride && window <= 4096, "window", window, "must be in [stride, 4096]");
+    require(raw_window >= 1 && raw_window <= 1 << 20, "raw_window", raw_window, "must be in [1, 2^20]");
+    require(!rope || (rope_dim >= 2 && rope_dim % 2 == 0 && rope_dim <= head_dim), "rope_dim", rope_dim,
+            "must be even, in [2, head_dim] (rope on)");
+    require(std::isfinite(rope_theta) && rope_theta > 1.0, "rope_theta", rope_theta, "must be finite and > 1");
+    require(std::isfinite(rms_eps) && rms_eps > 0.0, "rms_eps", rms_eps, "must be finite and > 0");
+    const auto ls = layers();
+    require(!ls.empty() && ls.size() <= 64, "schedule", schedule, "must name 1 to 64 layers");
+    for (layer_kind k : ls)
+      if (k == layer_kind::csa || k == layer_kind::uniform)
+        require(window == 2 * stride, "window", window,
+                std::string(to_string(k)) + " layers need window = 2 * stride (use gated for another window)");
+  }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("vocab", vocab);
+    v("d_model", d_model);
+    v("heads", heads);
+    v("head_dim", head_dim);
+    v("mlp_hidden", mlp_hidden);
+    v("schedule", schedule);
+    v("window", window);
+    v("stride", stride);
+    v("raw_window", raw_window);
+    v("sink", sink);
+    v("rope", rope);
+    v("rope_dim", rope_dim);
+    v("rope_theta", rope_theta);
+    v("rms_eps", rms_eps);
+  }
+};
+
+namespace detail {
+/// RMSNorm over the last dimension with a weight.
+inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+
+/// cos and sin tables [P, R/2] for positions `pos` (computed in double, rounded once to float,
+/// as compress/position.hpp rounds a rotation once).
+inline std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& pos, index_t R, double theta) {
+  auto k = torch::arange(R / 2, torch::kFloat64);
+  auto inv = torch::pow(torch::full({}, theta, torch::kFloat64), -2.0 * k / static_cast<double>(R));
+  auto ang = pos.to(torch::kFloat64).unsqueeze(-1) * inv;
+  return {torch::cos(ang).to(torch::kFloat32), torch::sin(ang).to(torch::kFloat32)};
+}
+
+/// Rotates adjacent pairs of the last R channels of x [..., P, c] by the tables [P, R/2].
+inline torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cs, const torch::Tensor& sn, index_t R) {
+  const index_t c = x.size(-1);
+  auto keep = x.narrow(-1, 0, c - R);
+  auto rot = x.narrow(-1, c - R, R);
+  auto shp = rot.sizes().vec();
+  shp.back() = R / 2;
+  shp.push_back(2);
+  auto r = rot.reshape(shp);
+  auto x0 = r.select(-1, 0), x1 = r.select(-1, 1);
+  auto y = torch::stack({x0 * cs - x1 * sn, x0 * sn + x1 * cs}, -1).reshape(rot.sizes());
+  return torch::cat({keep, y}, -1);
+}
+
+inline torch::nn::Linear linear(index_t in, index_t out) {
+  torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
+  torch::NoGradGuard g;
+  l->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(in)));
+  return l;
+}
+
+inline matrix_t<float> to_matrix(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kFloat32).contiguous();
+  matrix_t<float> m(c.size(0), c.size(1));
+  std::memcpy(m.data(), c.data_ptr<float>(), sizeof(float) * static_cast<std::size_t>(m.size()));
+  return m;
+}
+}  // namespace detail
+
+/// RMSNorm with a weight ("weight").
+struct rms_norm_impl : torch::nn::Module {
+  torch::Tensor weight;
+  double eps;
+  rms_norm_impl(index_t n, double e) : eps(e) { weight = register_parameter("weight", torch::ones({n})); }
+  torch::Tensor forward(const torch::Tensor& x) { return detail::rms_norm(x, weight, eps); }
+};
+TORCH_MODULE_IMPL(rms_norm, rms_norm_impl);
+
+/// The compressor of one compressed layer: entries [B, E, c] from hidden rows [B, T, D].
+/// Equal to compress::compress on params() (tested in tests/torch/).
+struct compressor_impl : torch::nn::Module {
+  layer_kind kind = layer_kind::csa;
+  model_config cfg;
+  torch::nn::Linear kv_proj{nullptr}, gate_proj{nullptr};  // HF shapes [k·c, D]
+  torch::Tensor position_bias;                             // [m, k·c]
+  rms_norm kv_norm{nullptr};                               // [c]
+
+  compressor_impl(const model_config& c, layer_kind k) : kind(k), cfg(c) {
+    const index_t C = c.head_dim, D = c.d_model;
+    const index_t streams = k == layer_kind::csa ? 2 : 1;
+    kv_proj = register_module("kv_proj", detail::linear(D, streams * C));
+    if (k != layer_kind::uniform) {
+      gate_proj = register_module("gate_proj", detail::linear(D, streams * C));
+      const index_t m = k == layer_kind::csa ? c.stride : c.window;
+      position_bias = register_parameter("position_bias", torch::zeros({m, streams * C}));
+    }
+    kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
+  }
+
+  /// Complete entries of a sequence of T tokens: ⌊T / S⌋ (V4 grid, origin 0).
+  [[nodiscard]] index_t entries(index_t T) const noexcept { return T / cfg.stride; }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, W = cfg.window, S = cfg.stride;
+    const index_t E = entries(T);
+    // source position of slot r of entry e: e·S + S − W + r (V4 convention); < 0 is masked
+    auto e = torch::arange(E, torch::kLong).unsqueeze(1);
+    auto r = torch::arange(W, torch::kLong).unsqueeze(0);
+    auto src = e * S + (S - W) + r;  // [E, W]
+    auto valid = src.ge(0);
+    auto idx = src.clamp_min(0).reshape({-1});
+    auto pay = kv_proj->forward(x);  // [B, T, k·c]
+    const index_t K = pay.size(2);
+    auto P = pay.index_select(1, idx).reshape({B, E, W, K});
+    torch::Tensor out;
+    if (kind == layer_kind::uniform) {
+      auto m = valid.to(torch::kFloat32).unsqueeze(0).unsqueeze(-1);  // [1, E, W, 1]
+      out = (P * m).sum(2) / m.sum(2);
+    } else {
+      auto Z = gate_proj->forward(x).index_select(1, idx).reshape({B, E, W, K});
+      torch::Tensor bias;
+      if (kind == layer_kind::csa) {
+        // slots r < S: stream a (previous block), r ≥ S: stream b; bias row = r mod S
+        auto first = r.lt(S).reshape({1, 1, W, 1});
+        P = torch::where(first, P.narrow(3, 0, C), P.narrow(3, C, C));
+        Z = torch::where(first, Z.narrow(3, 0, C), Z.narrow(3, C, C));
+        auto pb = position_bias.index_select(0, torch::arange(W, torch::kLong).remainder(S));  // [W, 2c]
+        bias = torch::where(r.lt(S).reshape({W, 1}), pb.narrow(1, 0, C), pb.narrow(1, C, C));
+      } else {
+        bias = position_bias;  // [W, c]
+      }
+      Z = (Z + bias).masked_fill(valid.logical_not().reshape({1, E, W, 1}), -std::numeric_limits<float>::infinity());
+      out = (torch::softmax(Z, 2) * P).sum(2);
+    }
+    out = kv_norm->forward(out);
+    if (cfg.rope) {
+      auto [cs, sn] = detail::rope_tables(torch::arange(E, torch::kLong) * S, cfg.rope_dim, cfg.rope_theta);
+      out = detail::apply_rope(out, cs, sn, cfg.rope_dim);
+    }
+    return out;
+  }
+
+  /// The same compressor as kvphase parameters (input width D) for cfg.layer_spec(kind).
+  /// uniform: the mean pool has no parameters but the RMSNorm weight; its input is X·W_Cᵀ.
+  [[nodiscard]] compress::pool_params<float> params() const {
+    compress::pool_params<float> p;
+    auto norm = kv_norm->weight.detach().contiguous();
+    p.rms_weight = Eigen::Map<const vector_t<float>>(norm.data_ptr<float>(), norm.size(0));
+    if (kind == layer_kind::uniform) return p;
+    p.w_c = detail::to_matrix(kv_proj->weight).transpose();
+    p.w_z = detail::to_matrix(gate_proj->weight).transpose();
+    p.slot_bias_c = detail::to_matrix(position_bias);
+    return p;
+  }
+};
+TORCH_MODULE_IMPL(compressor, compressor_impl);
+
+/// One attention layer (full or compressed).
+struct attention_impl : torch::nn::Module {
+  layer_kind kind;
+  model_config cfg;
+  torch::nn::Linear q_proj{nullptr}, kv_proj{nullptr}, o_proj{nullptr};
+  rms_norm kv_norm{nullptr};
+  torch::Tensor sink;
+  compressor comp{nullptr};
+
+  attention_impl(const model_config& c, layer_kind k) : kind(k), cfg(c) {
+    const index_t C = c.head_dim, D = c.d_model, H = c.heads;
+    q_proj = register_module("q_proj", detail::linear(D, H * C));
+    kv_proj = register_module("kv_proj", detail::linear(D, C));
+    kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
+    o_proj = register_module("o_proj", detail::linear(H * C, D));
+    if (c.sink) sink = register_parameter("attn_sink", torch::zeros({H}));
+    if (k != layer_kind::full) comp = register_module("compressor", compressor(c, k));
+  }
+
+  /// x [B, T, D] → [B, T, D]. `knock` ≥ 0 zeroes that head's output (ablations).
+  torch::Tensor forward(const torch::Tensor& x, index_t knock = -1) {
+    const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, H = cfg.heads;
+    auto pos = torch::arange(T, torch::kLong);
+    auto q = q_proj->forward(x).reshape({B, T, H, C}).permute({0, 2, 1, 3});  // [B, H, T, C]
+    auto kv = kv_norm->forward(kv_proj->forward(x));                         // [B, T, C]
+    torch::Tensor cs, sn;
+    if (cfg.rope) {
+      std::tie(cs, sn) = detail::rope_tables(pos, cfg.rope_dim, cfg.rope_theta);
+      q = detail::apply_rope(q, cs, sn, cfg.rope_dim);
+      kv = detail::apply_rope(kv, cs, sn, cfg.rope_dim);
+    }
+    auto t = pos.unsqueeze(1);
+    auto j = pos.unsqueeze(0);
+    torch::Tensor keys = kv, allowed;
+    if (kind == layer_kind::full) {
+      allowed = j.le(t);
+    } else {
+      allowed = j.le(t).logical_and(j.gt(t - cfg.raw_window));
+      auto ent = comp->forward(x);  // [B, E, C]
+      const index_t E = ent.size(1);
+      if (E > 0) {
+        auto last = torch::arange(E, torch::kLong) * cfg.stride + (cfg.stride - 1);
+        allowed = torch::cat({last.unsqueeze(0).le(t), allowed}, 1);
+        keys = torch::cat({ent, kv}, 1);
+      }
+    }
+    auto kh = keys.unsqueeze(1);  // [B, 1, K, C]: one key/value row shared by the heads
+    auto scores = torch::matmul(q, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    torch::Tensor p;
+    if (cfg.sink) {
+      auto s = sink.reshape({1, H, 1, 1}).expand({B, H, T, 1});
+      p = torch::softmax(torch::cat({scores, s}, -1), -1).narrow(-1, 0, scores.size(-1));
+    } else {
+      p = torch::softmax(scores, -1);
+    }
+    auto out = torch::matmul(p, kh);
+    if (cfg.rope) out = detail::apply_rope(out, cs, -sn, cfg.rope_dim);  // rotate back by −t
+    if (knock >= 0) {
+      auto m = torch::ones({1, H, 1, 1});
+      m.index_put_({0, knock}, 0.0);
+      out = out * m;
+    }
+    return o_proj->forward(out.permute({0, 2, 1, 3}).reshape({B, T, H * C}));
+  }
+};
+TORCH_MODULE_IMPL(attention, attention_impl);
+
+struct mlp_impl : torch::nn::Module {
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  mlp_impl(index_t D, index_t F) {
+    gate_proj = register_module("gate_proj", detail::linear(D, F));
+    up_proj = register_module("up_proj", detail::linear(D, F));
+    down_proj = register_module("down_proj", detail::linear(F, D));
+  }
+  torch::Tensor forward(const torch::Tensor& h) {
+    return down_proj->forward(torch::silu(gate_proj->forward(h)) * up_proj->forward(h));
+  }
+};
+TORCH_MODULE_IMPL(mlp, mlp_impl);
+
+struct block_impl : torch::nn::Module {
+  rms_norm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  attention self_attn{nullptr};
+  mlp ffn{nullptr};
+  block_impl(const model_config& c, layer_kind k) {
+    input_layernorm = register_module("input_layernorm", rms_norm(c.d_model, c.rms_eps));
+    self_attn = register_module("self_attn", attention(c, k));
+    post_attention_layernorm = register_module("post_attention_layernorm", rms_norm(c.d_model, c.rms_eps));
+    ffn = register_module("mlp", mlp(c.d_model, c.mlp_hidden));
+  }
+  /// knock: -1 none, ≥ 0 that head, -2 the whole attention output.
+  torch::Tensor forward(torch::Tensor x, index_t knock = -1) {
+    if (knock != -2) x = x + self_attn->forward(input_layernorm->forward(x), knock);
+    return x + ffn->forward(post_attention_layernorm->forward(x));
+  }
+};
+TORCH_MODULE_IMPL(block, block_impl);
+
+struct backbone_impl : torch::nn::Module {
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers;
+  rms_norm norm{nullptr};
+  std::vector<block> blocks;
+  backbone_impl(const model_config& c, const std::vector<layer_kind>& kinds) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.d_model));
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (layer_kind k : kinds) {
+      blocks.emplace_back(c, k);
+      layers->push_back(blocks.back());
+    }
+    norm = register_module("norm", rms_norm(c.d_model, c.rms_eps));
+  }
+};
+TORCH_MODULE_IMPL(backbone, backbone_impl);
+
+/// The language model. Parameter names (named_parameters()): "model.embed_tokens.weight",
+/// "model.layers.L.…", "model.norm.weight", "lm_head.weight".
+struct lm_impl : torch::nn::Module {
+  model_config cfg;
+  std::vector<layer_kind> kinds;
+  backbone model{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+
+  explicit lm_impl(const model_config& c) : cfg(c) {
+    c.validate();
+    kinds = c.layers();
+    model = register_module("model", backbone(c, kinds));
+    lm_head = register_module("lm_head", detail::linear(c.d_model, c.vocab));
+  }
+  /// tokens [B, T] (int64) → logits [B, T, vocab]. Ablation: knock_layer ≥ 0 with knock_head ≥ 0
+  /// zeroes one head's output, with knock_head = -1 the layer's whole attention output.
+  torch::Tensor forward(const torch::Tensor& tokens, index_t knock_layer = -1, index_t knock_head = -1) {
+    auto x = model->embed_tokens->forward(tokens);
+    for (std::size_t l = 0; l < model->blocks.size(); ++l) {
+      const bool k = static_cast<index_t>(l) == knock_layer;
+      x = model->blocks[l]->forward(x, k ? (knock_head < 0 ? -2 : knock_head) : -1);
+    }
+    return lm_head->forward(model->norm->forward(x));
+  }
+};
+TORCH_MODULE_IMPL(lm, lm_impl);
+
+/// Multiply-adds of one forward pass over B × T tokens (the matrix products and the attention
+/// score and mix products; elementwise work not counted). Backward ≈ 2 × forward.
+inline double forward_macs(const model_config& c, index_t B, index_t T) {
+  const double D = static_cast<double>(c.d_model), C = static_cast<double>(c.head_dim), H = static_cast<double>(c.heads),
+               F = static_cast<double>(c.mlp_hidden), V = static_cast<double>(c.vocab), n = static_cast<double>(B * T);
+  double macs = n * V * D;  // lm head
+  for (layer_kind k : c.layers()) {
+    macs += n * (H * C * D + C * D + D * H * C + 3.0 * D * F);
+    double keys;  // keys per query (the dense masked product computes all of them)
+    if (k == layer_kind::full) {
+      keys = static_cast<double>(T);
+    } else {
+      const double E = static_cast<double>(T / c.stride), W = static_cast<double>(c.window);
+      const double streams = k == layer_kind::csa ? 2.0 : 1.0;
+      macs += n * streams * C * D * (k == layer_kind::uniform ? 1.0 : 2.0);  // compressor projections
+      macs += static_cast<double>(B) * E * W * C * 2.0;                       // pooling
+      keys = static_cast<double>(T) + E;
+    }
+    macs += n * H * keys * C * 2.0;  // scores and mix
+  }
+  return macs;
+}
+
+}  // namespace kvphase::lm

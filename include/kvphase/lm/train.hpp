@@ -1,0 +1,187 @@
+#pragma once
+/// \file lm/train.hpp
+/// Training and per-phase evaluation of lm/model.hpp on lm/data.hpp sequences: AdamW on the
+/// next-token cross-entropy at the query positions (the only predictable tokens), evaluation on
+/// a separate split, gate slot profiles of every compressed layer at each evaluation.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvphase/core/error.hpp"
+#include "kvphase/lm/data.hpp"
+#include "kvphase/lm/model.hpp"
+
+namespace kvphase::lm {
+
+struct train_config {
+  index_t steps = 2000;
+  index_t batch = 32;
+  double lr = 3e-3;
+  double weight_decay = 0.01;
+  index_t warmup = 100;          ///< linear warmup steps, then cosine decay to lr / 10
+  double grad_clip = 1.0;
+  index_t eval_every = 250;      ///< steps between history snapshots (0: only at the end)
+  index_t eval_sequences = 1024; ///< evaluation sequences (split 1)
+  int threads = 1;               ///< torch intra-op threads
+  void validate() const {
+    require(steps >= 1 && steps <= 10000000, "steps", steps, "must be in [1, 10^7]");
+    require(batch >= 1 && batch <= 65536, "batch", batch, "must be in [1, 65536]");
+    require(std::isfinite(lr) && lr > 0.0 && lr < 1.0, "lr", lr, "must be in (0, 1)");
+    require(std::isfinite(weight_decay) && weight_decay >= 0.0, "weight_decay", weight_decay, "must be >= 0");
+    require(warmup >= 0, "warmup", warmup, "must be >= 0");
+    require(std::isfinite(grad_clip) && grad_clip > 0.0, "grad_clip", grad_clip, "must be > 0");
+    require(eval_every >= 0, "eval_every", eval_every, "must be >= 0");
+    require(eval_sequences >= 1 && eval_sequences <= 1 << 24, "eval_sequences", eval_sequences, "must be in [1, 2^24]");
+    require(threads >= 1 && threads <= 1024, "threads", threads, "must be in [1, 1024]");
+  }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("steps", steps);
+    v("batch", batch);
+    v("lr", lr);
+    v("weight_decay", weight_decay);
+    v("warmup", warmup);
+    v("grad_clip", grad_clip);
+    v("eval_every", eval_every);
+    v("eval_sequences", eval_sequences);
+    v("threads", threads, fields::not_keyed);
+  }
+};
+
+/// One snapshot of training.
+struct snapshot {
+  index_t step = 0;
+  double train_loss = 0.0;  ///< mean over the steps since the previous snapshot
+  double eval_loss = 0.0;
+  double eval_recall = 0.0;
+  /// per compressed layer: mean over channels of softmax over slots of the position bias (the
+  /// content-free slot preference of its gate), W values; empty for full / uniform layers
+  std::vector<std::vector<double>> slot_profile;
+};
+
+struct train_result {
+  std::vector<snapshot> history;
+  phase_counts eval;      ///< final evaluation
+  double seconds = 0.0;   ///< training wall time (evaluations excluded)
+  double cpu_seconds = 0.0;  ///< CPU time of this process during the training steps
+  double tokens = 0.0;    ///< training tokens processed
+  double macs = 0.0;      ///< forward multiply-adds of the training steps (lm::forward_macs)
+};
+
+/// CPU seconds used so far by this process (all threads).
+inline double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// Per-phase evaluation on split 1 (optionally with one head or layer knocked out).
+inline phase_counts evaluate(lm& model, const data_config& d, std::uint64_t seed, index_t sequences,
+                             index_t knock_layer = -1, index_t knock_head = -1) {
+  torch::NoGradGuard ng;
+  model->eval();
+  phase_counts pc;
+  pc.resize(d.modulus);
+  const index_t B = 64;
+  for (index_t s = 0; s < sequences; s += B) {
+    const index_t n = std::min(B, sequences - s);
+    const auto b = make_batch(d, seed, 1, static_cast<std::uint64_t>(s), n);
+    count(pc, d, query_logits(model->forward(b.tokens, knock_layer, knock_head), b), b);
+  }
+  model->train();
+  return pc;
+}
+
+/// Slot preference of each compressed layer's gate (see snapshot::slot_profile).
+inline std::vector<std::vector<double>> slot_profiles(lm& model) {
+  torch::NoGradGuard ng;
+  std::vector<std::vector<double>> out;
+  for (const auto& b : model->model->blocks) {
+    const auto& a = b->self_attn;
+    std::vector<double> prof;
+    if (a->comp && a->comp->position_bias.defined()) {
+      const index_t W = model->cfg.window, S = model->cfg.stride, C = model->cfg.head_dim;
+      auto pb = a->comp->position_bias.detach();
+      torch::Tensor slots;  // [W, c]
+      if (a->comp->kind == layer_kind::csa)
+        slots = torch::cat({pb.narrow(1, 0, C), pb.narrow(1, C, C)}, 0);  // rows 0..S-1 stream a, S..2S-1 stream b
+      else
+        slots = pb;
+      auto p = torch::softmax(slots, 0).mean(1).to(torch::kFloat64).contiguous();
+      for (index_t r = 0; r < W; ++r) prof.push_back(p[r].item<double>());
+      (void)S;
+    }
+    out.push_back(std::move(prof));
+  }
+  return out;
+}
+
+/// Trains a fresh model of `mc` with torch seed `seed`; data from the same seed. `progress`
+/// (optional) is called after every step with (step, steps, running loss).
+inline train_result train(const model_config& mc, const data_config& d, const train_config& tc, std::uint64_t seed,
+                          const std::function<void(index_t, index_t, double)>& progress = {},
+                          lm* trained = nullptr) {
+  mc.validate();
+  d.validate();
+  tc.validate();
+  require(mc.vocab == d.vocab(), "vocab", mc.vocab, "must equal the data's vocabulary " + std::to_string(d.vocab()));
+  torch::set_num_threads(tc.threads);
+  torch::manual_seed(seed);
+  lm model(mc);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(tc.lr).weight_decay(tc.weight_decay));
+  train_result r;
+  const double step_macs = forward_macs(mc, tc.batch, d.length());
+  double run = 0.0;
+  index_t since = 0;
+  auto snap = [&](index_t step) {
+    snapshot s;
+    s.step = step;
+    s.train_loss = since ? run / static_cast<double>(since) : 0.0;
+    const auto pc = evaluate(model, d, seed, std::min<index_t>(tc.eval_sequences, 256));
+    s.eval_loss = pc.mean_loss();
+    s.eval_recall = pc.mean_recall();
+    s.slot_profile = slot_profiles(model);
+    r.history.push_back(std::move(s));
+    run = 0.0;
+    since = 0;
+  };
+  const double pi = 3.14159265358979323846;
+  for (index_t step = 0; step < tc.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
+    double lr = tc.lr;
+    if (step < tc.warmup) lr = tc.lr * static_cast<double>(step + 1) / static_cast<double>(tc.warmup);
+    else {
+      const double f = static_cast<double>(step - tc.warmup) / static_cast<double>(std::max<index_t>(1, tc.steps - tc.warmup));
+      lr = tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(pi * f)));
+    }
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    const auto b = make_batch(d, seed, 0, static_cast<std::uint64_t>(step * tc.batch), tc.batch);
+    auto loss = torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens), b), b.target);
+    opt.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), tc.grad_clip);
+    opt.step();
+    const double l = loss.item<double>();
+    r.cpu_seconds += cpu_now() - c0;
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.tokens += static_cast<double>(tc.batch * d.length());
+    r.macs += step_macs;
+    run += l;
+    ++since;
+    if (progress) progress(step + 1, tc.steps, l);
+    if (step == 0 || (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0)) snap(step + 1);
+  }
+  if (r.history.empty() || r.history.back().step != tc.steps) snap(tc.steps);
+  r.eval = evaluate(model, d, seed, tc.eval_sequences);
+  if (trained) *trained = model;
+  return r;
+}
+
+}  // namespace kvphase::lm
