@@ -112,23 +112,6 @@ template <class Real>
 }
 }  // namespace detail
 
-/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
-/// (median of reps runs of ~20 ms each).
-template <class Real = float>
-inline double fma_peak_gflops(int threads, int reps = 7) {
-  using B = xsimd::batch<Real>;
-  const std::int64_t iters = 4'000'000;
-  const double flops_per_thread = double(iters) * detail::fma_chain_count<Real>() * 2.0 * double(B::size);
-  std::vector<double> secs;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = clock_type::now();
-#pragma omp parallel num_threads(threads)
-    { keep(detail::fma_chains<Real>(iters)); }
-    secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
-  }
-  return flops_per_thread * threads / median(secs) * 1e-9;
-}
-
 /// CPU seconds used so far by every thread of this process. On a machine shared with other jobs
 /// the wall-clock ratio of two measurements taken a second apart moves with the other jobs'
 /// load; the ratio of FLOP per CPU-second (job against roofline) does not count the time the
@@ -140,21 +123,38 @@ inline double process_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+namespace detail {
+/// FLOP of the FMA chains per elapsed unit of `now()` (wall or CPU seconds), median of reps runs.
+template <class Real, class Now>
+double fma_peak(int threads, int reps, Now now) {
+  using B = xsimd::batch<Real>;
+  const std::int64_t iters = 4'000'000;
+  const double flops_per_thread = double(iters) * fma_chain_count<Real>() * 2.0 * double(B::size);
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now();
+#pragma omp parallel num_threads(threads)
+    { keep(fma_chains<Real>(iters)); }
+    secs.push_back(now() - t0);
+  }
+  return flops_per_thread * threads / median(secs) * 1e-9;
+}
+}  // namespace detail
+
+/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
+/// (median of reps runs of ~20 ms each).
+template <class Real = float>
+inline double fma_peak_gflops(int threads, int reps = 7) {
+  return detail::fma_peak<Real>(threads, reps, [] {
+    return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+  });
+}
+
 /// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
 /// the per-core throughput while running, whatever share of the machine the process gets.
 template <class Real = float>
 inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
-  using B = xsimd::batch<Real>;
-  const std::int64_t iters = 4'000'000;
-  const double flops_per_thread = double(iters) * detail::fma_chain_count<Real>() * 2.0 * double(B::size);
-  std::vector<double> secs;
-  for (int r = 0; r < reps; ++r) {
-    const double c0 = process_cpu_seconds();
-#pragma omp parallel num_threads(threads)
-    { keep(detail::fma_chains<Real>(iters)); }
-    secs.push_back(process_cpu_seconds() - c0);
-  }
-  return flops_per_thread * threads / median(secs) * 1e-9;
+  return detail::fma_peak<Real>(threads, reps, process_cpu_seconds);
 }
 
 /// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
