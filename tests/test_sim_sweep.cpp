@@ -401,21 +401,7 @@ TEST_CASE("sweep: general key-space path for operators that are not linear in th
     c.op.rope.rope_dim = 8;
     c.modulus = 8;
     INFO(name);
-    c.threads = 1;
-    const auto a = sim::run_sweep(c);
-    c.threads = 2;
-    const auto b = sim::run_sweep(c);
-    CHECK(a.compressed == b.compressed);
-    CHECK(a.full == b.full);
-    c.shard = {1, 2};
-    auto s1 = sim::run_sweep(c);
-    c.shard = {0, 2};
-    const auto s0 = sim::run_sweep(c);
-    c.shard = {};
-    for (std::size_t g = 0; g < s1.compressed.size(); ++g) {
-      s1.compressed[g] += s0.compressed[g];
-      CHECK(s1.compressed[g] == a.compressed[g]);
-    }
+    (void)kvphase::test::check_threads_and_shards(c, {2});
   }
   c.engine = sim::engine_kind::score;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("engine"));
