@@ -36,6 +36,29 @@ TEST_CASE("error names parameter, value and rule", "[core]") {
   CHECK_THROWS_AS(kvphase::require_finite(v, "gate"), std::invalid_argument);
 }
 
+TEMPLATE_TEST_CASE("require_finite names the first non-finite value in any block", "[core]", float, double) {
+  // the fast path scans blocks of 4096; a value on either side of a block edge, in the last
+  // partial block, and every kind of non-finite value must still be found and named
+  const TestType bad[] = {std::numeric_limits<TestType>::quiet_NaN(), std::numeric_limits<TestType>::infinity(),
+                          -std::numeric_limits<TestType>::infinity(), std::numeric_limits<TestType>::signaling_NaN()};
+  for (std::size_t n : {std::size_t(1), std::size_t(4095), std::size_t(4096), std::size_t(4097), std::size_t(10000)}) {
+    std::vector<TestType> v(n, TestType(1));
+    v[n / 2] = std::numeric_limits<TestType>::max();  // finite extremes pass
+    v[0] = -std::numeric_limits<TestType>::max();
+    if (n > 2) v[1] = std::numeric_limits<TestType>::denorm_min();
+    CHECK_NOTHROW(kvphase::require_finite(v, "w"));
+    for (std::size_t i : {std::size_t(0), n / 2, std::size_t(4095), std::size_t(4096), n - 1}) {
+      if (i >= n) continue;
+      for (TestType b : bad) {
+        std::vector<TestType> u = v;
+        u[i] = b;
+        if (i + 1 < n) u[n - 1] = b;  // a later bad value: the first is named
+        CHECK_THROWS_WITH(kvphase::require_finite(u, "w"), Catch::Contains("w[" + std::to_string(i) + "]"));
+      }
+    }
+  }
+}
+
 namespace {
 template <class Real>
 std::vector<Real> random_vector(index_t n, unsigned seed) {
