@@ -291,12 +291,26 @@ std::vector<std::vector<ev>> reference(const kc::operator_spec& s, const kc::poo
           std::vector<ev> w1;
           for (auto r : frow) w1.push_back({at(p.mlp_w1, r, j), 0});
           ev pre = M::dot(f, w1);
-          // bias added and activation evaluated in double, then rounded to Real
+          // double (scalar path, double Real): bias added and activation evaluated in double, then
+          // rounded to Real. float on SIMD paths (compress/pool.hpp mlp_activate): the bias add
+          // rounds once (u·|a|, through |act'| ≤ lip); GELU 0.5·v·(1 + erf(t)), t = fl(v·fl(1/√2))
+          // (2 roundings: |erf'| ≤ 2/√π times 2u|t|), erf within 3 ulp (≤ 6u·|erf|, checked over every
+          // float), 1 + erf rounds (u·|1 + erf| ≤ 2u), the product rounds (u·|act|); each term of
+          // the erf part scaled by |0.5·v|.
           const LD b = p.mlp_b1.size() ? static_cast<LD>(p.mlp_b1[j]) : 0;
           const LD a = pre.v + b;
           const LD act = p.activation == kc::mlp_activation::relu ? std::max<LD>(0, a) : gelu_ld(a);
-          const LD ea = lip * (pre.e + 2 * LD(u_double) * (std::fabs(pre.v) + std::fabs(b) + pre.e));
+          LD ea = lip * (pre.e + 2 * LD(u_double) * (std::fabs(pre.v) + std::fabs(b) + pre.e));
           ev hv = M::from_double(act, 8);
+          if constexpr (sizeof(Real) == 4) {
+            const LD aa = std::fabs(a) + pre.e, uu = M::u;
+            ea += lip * uu * aa;
+            if (p.activation == kc::mlp_activation::gelu) {
+              const LD t = aa * LD(0.70710678118654752440);
+              ea += LD(0.5) * aa * (LD(1.1283791670955126) * 2 * uu * t + 6 * uu + 2 * uu);
+            }
+            hv.e = std::max(hv.e, uu * (std::fabs(act) + ea));
+          }
           hv.e += ea * (1 + M::u);
           h.push_back(hv);
         }
