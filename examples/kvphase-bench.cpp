@@ -786,6 +786,7 @@ int main(int argc, char** argv) {
   bool all = false, torch = false, require_torch = false;
   std::string torch_script = "benchmarks/compare_torch.py";
   std::string torch_python = "python3";
+  index_t torch_reps = 3;
   int torch_disagreements = 0;
   cl::add_operator_flags(*sc, opf);
   add_shape_flags(*sc, shape);
@@ -797,6 +798,8 @@ int main(int argc, char** argv) {
   sc->add_option("--torch-script", torch_script, "the PyTorch peer script")->capture_default_str();
   sc->add_option("--python", torch_python, "the Python interpreter that has torch (Debian: /usr/bin/python3)")
       ->capture_default_str();
+  cl::add_int(*sc, "--torch-reps", torch_reps, 1, 1000,
+              "timed PyTorch calls per row after one warm-up (on generic BLAS a real-shape call takes minutes)");
   // attention
   auto* sa = app.add_subcommand("attention", "time attention calls: compressed + window, top-k, NSA, decode");
   cl::operator_flags opa;
@@ -854,7 +857,8 @@ int main(int argc, char** argv) {
           const std::string& a = args[i];
           const bool shape_or_run = a == "--context" || a == "--dim" || a == "--head-dim" || a == "--threads" ||
                                     a == "--reps" || a == "--seconds" || a == "--csv" || a == "--json" ||
-                                    a == "--seed" || a == "--torch-script" || a == "--python" || a == "--mlp-hidden";
+                                    a == "--seed" || a == "--torch-script" || a == "--python" || a == "--mlp-hidden" ||
+                                    a == "--torch-reps";
           if (shape_or_run) {
             ++i;
             continue;
@@ -865,7 +869,7 @@ int main(int argc, char** argv) {
         if (shape.mlp_hidden > 0) j.args.insert(j.args.end(), {"--mlp-hidden", std::to_string(shape.mlp_hidden)});
         jobs.push_back(j);
       }
-      torch_peer peer{.python = torch_python, .script = torch_script};
+      torch_peer peer{.python = torch_python, .script = torch_script, .reps = torch_reps};
       compress_peer hook;
       if (torch || require_torch) {
         if (torch_available(torch_python)) {
