@@ -766,15 +766,15 @@ template <class Real, class Arch>
 inline void mlp_activate(Real* h, const Real* b1, index_t H, mlp_activation act) noexcept {
   index_t j = 0;
   if constexpr (std::is_same_v<Real, float>) {
-  using B = xsimd::batch<Real, Arch>;
-  constexpr index_t L = B::size;
-  const B half(Real(0.5)), one(Real(1)), rsqrt2(Real(0.70710678118654752440)), zero(Real(0));
-  for (; j + L <= H; j += L) {
-    B v = B::load_unaligned(h + j);
-    if (b1) v = v + B::load_unaligned(b1 + j);
-    v = act == mlp_activation::relu ? xsimd::max(zero, v) : half * v * (one + xsimd::erf(v * rsqrt2));
-    v.store_unaligned(h + j);
-  }
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B half(Real(0.5)), one(Real(1)), rsqrt2(Real(0.70710678118654752440)), zero(Real(0));
+    for (; j + L <= H; j += L) {
+      B v = B::load_unaligned(h + j);
+      if (b1) v = v + B::load_unaligned(b1 + j);
+      v = act == mlp_activation::relu ? xsimd::max(zero, v) : half * v * (one + xsimd::erf(v * rsqrt2));
+      v.store_unaligned(h + j);
+    }
   }
   for (; j < H; ++j) {
     double v = static_cast<double>(h[j]) + (b1 ? static_cast<double>(b1[j]) : 0.0);
