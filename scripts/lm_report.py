@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
+
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B]
+
+Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
+optionally lm_ablation.csv). Prints, as Markdown:
+- one row per run: mean recall with its 95 % Wilson interval (all queries pooled), eval loss,
+  train_lm's own period_p and uniformity_p, and nested period tests on the per-group counts;
+- one row per preset: the mean over seeds of the mean recall with a 95 % t interval over seeds.
+`uniformity_p` is train_lm's test over its `--modulus` groups; X2(8) p tests unequal recall over
+the 8 classes of key position mod 8 (the same for any modulus divisible by 8). Recall per group
+is shown folded mod 8. Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
+of the harmonic score test of stats/periodicity.hpp, so X2(S) is train_lm's period test). For
+P = 2, 4, 8 dividing the modulus, `P|P/2` tests whether phase mod P explains more than phase
+mod P/2 does: statistic X2(P) - X2(P/2), permutation reference (group sizes and total hits
+fixed, B permutations, seed 1). A run whose recall has period S shows `S|S/2` small and `2S|S`
+large. The permutation p is (1 + #{T* >= T}) / (B + 1).
+With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
+of each compressed layer over training, first run with profiles), lm_ablation.png (per-group
+recall drop per knocked-out head or layer, first run with lm_ablation.csv).
+Needs numpy; matplotlib only for --figs (re-runs under /usr/bin/python3 when needed).
+"""
+import json
+import math
+import os
+import sys
+
+from kvphase_csv import have_matplotlib, read_rows
+
+
+def wilson(h, n, z=1.959964):
+    if n == 0:
+        return (0.0, 1.0)
+    p = h / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    r = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - r), min(1.0, c + r))
+
+
+def folded_x2(hits, trials, P):
+    """Pearson X^2 of the hits on the table folded mod P (0 when recall is all 0 or all 1)."""
+    import numpy as np
+    hits = np.asarray(hits, dtype=float)
+    trials = np.asarray(trials, dtype=float)
+    N, Y = trials.sum(), hits.sum(axis=-1)
+    pbar = Y / N
+    v = pbar * (1 - pbar)
+    M = trials.shape[-1]
+    t = 0.0
+    for c in range(P):
+        n_c = trials[c:M:P].sum()
+        if n_c == 0:
+            continue
+        y_c = hits[..., c:M:P].sum(axis=-1)
+        t = t + (y_c - n_c * pbar) ** 2 / n_c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(v > 0, t / np.where(v > 0, v, 1), 0.0)
+
+
+def nested_tests(hits, trials, B=9999, seed=1):
+    """{P: (X2(P), p of X2(P), p of P|P/2)} for P = 2, 4, 8, 16 dividing the modulus (2|1 is X2(2))."""
+    import numpy as np
+    M = len(trials)
+    periods = [P for P in (2, 4, 8, 16) if M % P == 0]
+    rng = np.random.default_rng(seed)
+    perm = rng.multivariate_hypergeometric(np.asarray(trials, dtype=np.int64), int(sum(hits)), size=B)
+    out = {}
+    prev_obs, prev_perm = 0.0, np.zeros(B)
+    for P in periods:
+        obs = float(folded_x2(hits, trials, P))
+        pp = folded_x2(perm, trials, P)
+        d_obs, d_perm = obs - prev_obs, pp - prev_perm
+        tol = 1e-9 * max(1.0, abs(obs))
+        p_tot = (1 + int(np.sum(pp >= obs - tol))) / (B + 1)
+        p_inc = (1 + int(np.sum(d_perm >= d_obs - tol))) / (B + 1)
+        out[P] = (obs, p_tot, p_inc)
+        prev_obs, prev_perm = obs, pp
+    return out
+
+
+def load_run(d):
+    summary = json.load(open(os.path.join(d, "lm_summary.json")))
+    phase = read_rows(os.path.join(d, "lm_phase.csv"))
+    hist = read_rows(os.path.join(d, "lm_history.csv")) if os.path.exists(os.path.join(d, "lm_history.csv")) else []
+    abl = os.path.join(d, "lm_ablation.csv")
+    abl = read_rows(abl) if os.path.exists(abl) else []
+    runs = []
+    for r in summary["runs"]:
+        key = (r["preset"], str(r["seed"]))
+        runs.append({
+            "dir": d, "preset": r["preset"], "seed": int(r["seed"]), "summary": r,
+            "model": r["model"],
+            "phase": [x for x in phase if (x["preset"], x["seed"]) == key],
+            "history": [x for x in hist if (x["preset"], x["seed"]) == key],
+            "ablation": [x for x in abl if (x["preset"], x["seed"]) == key],
+        })
+    return runs
+
+
+def fmt_p(p):
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def tables(runs, B):
+    print("| preset | seed | mean recall [95 % Wilson] | eval loss | period S | period_p | uniformity_p | "
+          "X2(8) p | X2(2) p | 4\\|2 p | 8\\|4 p | recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    by_preset = {}
+    for r in runs:
+        s = r["summary"]
+        h, t = s["hits"], s["trials"]
+        H, T = sum(h), sum(t)
+        lo, hi = wilson(H, T)
+        nt = nested_tests(h, t, B)
+        h8 = [sum(h[g::8]) for g in range(8)] if len(h) % 8 == 0 else h
+        t8 = [sum(t[g::8]) for g in range(8)] if len(t) % 8 == 0 else t
+        per = " ".join(f"{(a / b if b else 0):.3f}" for a, b in zip(h8, t8))
+        S = r["model"]["stride"] if r["model"]["schedule"].split(",")[0] != "full" else "-"
+        pp = fmt_p(s["period_p"]) if s.get("period") else "-"
+        cells = [fmt_p(nt[8][1]) if 8 in nt else "-"] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (2, 4, 8)]
+        print(f"| {r['preset']} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
+              f"{fmt_p(s['uniformity_p'])} | {' | '.join(cells)} | {per} |")
+        by_preset.setdefault(r["preset"], []).append(H / T)
+    print()
+    tq = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
+    print("| preset | seeds | mean of mean recall | 95 % t interval over seeds | min | max |")
+    print("|---|---|---|---|---|---|")
+    for p, v in by_preset.items():
+        m = sum(v) / len(v)
+        if len(v) > 1:
+            sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+            w = tq.get(len(v) - 1, 1.96) * sd / math.sqrt(len(v))
+            ci = f"[{m - w:.4f}, {min(1.0, m + w):.4f}]"
+        else:
+            ci = "-"
+        print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} |")
+
+
+def figures(runs, figs):
+    if not have_matplotlib():
+        print("lm_report.py: matplotlib not available; no figures written", file=sys.stderr)
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(figs, exist_ok=True)
+
+    presets = []
+    for r in runs:
+        if r["preset"] not in presets:
+            presets.append(r["preset"])
+    fig, axes = plt.subplots(1, len(presets), figsize=(2.6 * len(presets), 2.8), sharey=True, squeeze=False)
+    for ax, p in zip(axes[0], presets):
+        for r in [x for x in runs if x["preset"] == p]:
+            g = [int(x["group"]) for x in r["phase"]]
+            y = [float(x["recall"]) for x in r["phase"]]
+            lo = [y[i] - float(x["ci_low"]) for i, x in enumerate(r["phase"])]
+            hi = [float(x["ci_high"]) - y[i] for i, x in enumerate(r["phase"])]
+            ax.errorbar(g, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=f"seed {r['seed']}")
+        ax.set_title(p)
+        ax.set_xlabel(f"key position mod {len(r['phase'])}")
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("recall (95 % Wilson)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(figs, "lm_phase.png"), dpi=110)
+    plt.close(fig)
+
+    withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
+    if withprof:
+        r = withprof[0]
+        layers = sorted({int(x["layer"]) for x in r["history"] if x["layer"] != ""})
+        fig, axes = plt.subplots(1, len(layers) + 1, figsize=(3.2 * (len(layers) + 1), 2.8), squeeze=False)
+        for ax, l in zip(axes[0], layers):
+            rows = [x for x in r["history"] if x["layer"] == str(l)]
+            for s in sorted({int(x["slot"]) for x in rows}):
+                pts = sorted((int(x["step"]), float(x["slot_weight"])) for x in rows if x["slot"] == str(s))
+                ax.plot([a for a, _ in pts], [b for _, b in pts], marker=".", label=f"slot {s}")
+            ax.set_title(f"{r['preset']} seed {r['seed']}, layer {l}")
+            ax.set_xlabel("training step")
+            ax.set_ylabel("mean softmax over slots of the bias")
+            ax.legend(fontsize=6, ncol=2)
+        ax = axes[0][-1]
+        pts = sorted({(int(x["step"]), float(x["eval_recall"])) for x in r["history"]})
+        ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o")
+        ax.set_title("eval recall (256 sequences)")
+        ax.set_xlabel("training step")
+        fig.tight_layout()
+        fig.savefig(os.path.join(figs, "lm_gates.png"), dpi=110)
+        plt.close(fig)
+
+    withabl = [r for r in runs if r["ablation"]]
+    if withabl:
+        import numpy as np
+        r = withabl[0]
+        comps = []
+        for x in r["ablation"]:
+            c = (x["layer"], x["head"])
+            if c not in comps:
+                comps.append(c)
+        groups = sorted({int(x["group"]) for x in r["ablation"]})
+        m = np.zeros((len(comps), len(groups)))
+        for x in r["ablation"]:
+            m[comps.index((x["layer"], x["head"])), groups.index(int(x["group"]))] = float(x["drop"])
+        fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(groups), 0.9 + 0.4 * len(comps)))
+        im = ax.imshow(m, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(groups)), [str(g) for g in groups])
+        ax.set_yticks(range(len(comps)), [f"L{l} {'layer' if h == 'all' else 'head ' + h}" for l, h in comps])
+        ax.set_xlabel(f"key position mod {len(groups)}")
+        for i in range(len(comps)):
+            for j in range(len(groups)):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+        ax.set_title(f"recall drop, {r['preset']} seed {r['seed']}")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        fig.savefig(os.path.join(figs, "lm_ablation.png"), dpi=110)
+        plt.close(fig)
+
+
+def main(argv):
+    args = argv[1:]
+    figs, B = None, 9999
+    if "--figs" in args:
+        i = args.index("--figs")
+        figs = args[i + 1]
+        del args[i:i + 2]
+    if "--permutations" in args:
+        i = args.index("--permutations")
+        B = int(args[i + 1])
+        del args[i:i + 2]
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs = []
+    for d in args:
+        runs.extend(load_run(d))
+    tables(runs, B)
+    if figs:
+        figures(runs, figs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
