@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
-    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
 optionally lm_ablation.csv). Prints, as Markdown:
@@ -16,6 +16,10 @@ P = 2, 4, 8 dividing the modulus, `P|P/2` tests whether phase mod P explains mor
 mod P/2 does: statistic X2(P) - X2(P/2), permutation reference (group sizes and total hits
 fixed, B permutations, seed 1). A run whose recall has period S shows `S|S/2` small and `2S|S`
 large. The permutation p is (1 + #{T* >= T}) / (B + 1).
+--drop G,...: leave the queries of those groups out of every test and mean (a sensitivity check,
+e.g. the last key position of the context with --modulus = context; runs whose modulus is too
+small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
+every group, are then shown as "-").
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
 of each compressed layer over training, first run with profiles), lm_ablation.png (per-group
 recall drop per knocked-out head or layer, first run with lm_ablation.csv).
@@ -103,14 +107,22 @@ def fmt_p(p):
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def tables(runs, B):
+def tables(runs, B, drop=()):
     print("| preset | seed | mean recall [95 % Wilson] | eval loss | period S | period_p | uniformity_p | "
           "X2(8) p | X2(2) p | 4\\|2 p | 8\\|4 p | recall per group (mod 8) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     by_preset = {}
     for r in runs:
         s = r["summary"]
-        h, t = s["hits"], s["trials"]
+        h, t = list(s["hits"]), list(s["trials"])
+        note = ""
+        if drop:
+            if all(g < len(t) for g in drop):
+                for g in drop:
+                    h[g], t[g] = 0, 0
+                note = f" (without groups {','.join(map(str, drop))})"
+            else:
+                note = " (drop n/a)"
         H, T = sum(h), sum(t)
         lo, hi = wilson(H, T)
         nt = nested_tests(h, t, B)
@@ -119,9 +131,12 @@ def tables(runs, B):
         per = " ".join(f"{(a / b if b else 0):.3f}" for a, b in zip(h8, t8))
         S = r["model"]["stride"] if r["model"]["schedule"].split(",")[0] != "full" else "-"
         pp = fmt_p(s["period_p"]) if s.get("period") else "-"
+        up = fmt_p(s["uniformity_p"])
+        if note and note != " (drop n/a)":
+            pp = up = "-"  # train_lm's tests saw every group
         cells = [fmt_p(nt[8][1]) if 8 in nt else "-"] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (2, 4, 8)]
-        print(f"| {r['preset']} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
-              f"{fmt_p(s['uniformity_p'])} | {' | '.join(cells)} | {per} |")
+        print(f"| {r['preset']}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
+              f"{up} | {' | '.join(cells)} | {per} |")
         by_preset.setdefault(r["preset"], []).append(H / T)
     print()
     tq = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
@@ -220,7 +235,11 @@ def figures(runs, figs):
 
 def main(argv):
     args = argv[1:]
-    figs, B = None, 9999
+    figs, B, drop = None, 9999, ()
+    if "--drop" in args:
+        i = args.index("--drop")
+        drop = tuple(int(g) for g in args[i + 1].split(","))
+        del args[i:i + 2]
     if "--figs" in args:
         i = args.index("--figs")
         figs = args[i + 1]
@@ -235,7 +254,7 @@ def main(argv):
     runs = []
     for d in args:
         runs.extend(load_run(d))
-    tables(runs, B)
+    tables(runs, B, drop)
     if figs:
         figures(runs, figs)
     return 0
