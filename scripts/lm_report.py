@@ -7,7 +7,9 @@ Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_
 optionally lm_ablation.csv). Prints, as Markdown:
 - one row per run: mean recall with its 95 % Wilson interval (all queries pooled), eval loss,
   train_lm's own period_p and uniformity_p, and nested period tests on the per-group counts;
-- one row per preset: the mean over seeds of the mean recall with a 95 % t interval over seeds.
+- one row per preset: the mean over seeds of the mean recall with a 95 % t interval over seeds,
+  and the nested period tests on the counts pooled over seeds (folded mod 8), the phase labels
+  permuted within each seed.
 `uniformity_p` is train_lm's test over its `--modulus` groups; X2(8) p tests unequal recall over
 the 8 classes of key position mod 8 (the same for any modulus divisible by 8). Recall per group
 is shown folded mod 8. Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
@@ -63,13 +65,17 @@ def folded_x2(hits, trials, P):
         return np.where(v > 0, t / np.where(v > 0, v, 1), 0.0)
 
 
-def nested_tests(hits, trials, B=9999, seed=1):
-    """{P: (X2(P), p of X2(P), p of P|P/2)} for P = 2, 4, 8, 16 dividing the modulus (2|1 is X2(2))."""
+def nested_tests(hits, trials, B=9999, seed=1, strata=None):
+    """{P: (X2(P), p of X2(P), p of P|P/2)} for P = 2, 4, 8, 16 dividing the modulus (2|1 is X2(2)).
+    strata: optional list of (hits, trials) whose sums are hits, trials (e.g. seeds); the labels
+    are then permuted within each stratum and the permuted counts summed."""
     import numpy as np
     M = len(trials)
     periods = [P for P in (2, 4, 8, 16) if M % P == 0]
     rng = np.random.default_rng(seed)
-    perm = rng.multivariate_hypergeometric(np.asarray(trials, dtype=np.int64), int(sum(hits)), size=B)
+    if strata is None:
+        strata = [(hits, trials)]
+    perm = sum(rng.multivariate_hypergeometric(np.asarray(t, dtype=np.int64), int(sum(h)), size=B) for h, t in strata)
     out = {}
     prev_obs, prev_perm = 0.0, np.zeros(B)
     for P in periods:
@@ -137,12 +143,14 @@ def tables(runs, B, drop=()):
         cells = [fmt_p(nt[8][1]) if 8 in nt else "-"] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (2, 4, 8)]
         print(f"| {r['preset']}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
               f"{up} | {' | '.join(cells)} | {per} |")
-        by_preset.setdefault(r["preset"], []).append(H / T)
+        by_preset.setdefault(r["preset"], []).append((H / T, h8, t8))
     print()
     tq = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
-    print("| preset | seeds | mean of mean recall | 95 % t interval over seeds | min | max |")
-    print("|---|---|---|---|---|---|")
-    for p, v in by_preset.items():
+    print("| preset | seeds | mean of mean recall | 95 % t interval over seeds | min | max | "
+          "pooled X2(8) p | pooled X2(2) p | pooled 4\\|2 p | pooled 8\\|4 p | pooled recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for p, rows in by_preset.items():
+        v = [x[0] for x in rows]
         m = sum(v) / len(v)
         if len(v) > 1:
             sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
@@ -150,7 +158,16 @@ def tables(runs, B, drop=()):
             ci = f"[{m - w:.4f}, {min(1.0, m + w):.4f}]"
         else:
             ci = "-"
-        print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} |")
+        strata = [(x[1], x[2]) for x in rows if len(x[2]) == 8]
+        if len(strata) == len(rows):
+            hp = [sum(x[0][g] for x in strata) for g in range(8)]
+            tp = [sum(x[1][g] for x in strata) for g in range(8)]
+            nt = nested_tests(hp, tp, B, strata=strata)
+            cells = [fmt_p(nt[8][1]), fmt_p(nt[2][2]), fmt_p(nt[4][2]), fmt_p(nt[8][2]),
+                     " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))]
+        else:
+            cells = ["-"] * 5
+        print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} | {' | '.join(cells)} |")
 
 
 def figures(runs, figs):
