@@ -10,8 +10,9 @@ optionally lm_ablation.csv). Prints, as Markdown:
 - one row per preset: the mean over seeds of the mean recall with a 95 % t interval over seeds,
   and the nested period tests on the counts pooled over seeds (folded mod 8), the phase labels
   permuted within each seed.
-`uniformity_p` is train_lm's test over its `--modulus` groups; X2(8) p tests unequal recall over
-the 8 classes of key position mod 8 (the same for any modulus divisible by 8). Recall per group
+`uniformity_p` is train_lm's test over its `--modulus` groups; X2(P) p tests unequal recall over
+the P classes of key position mod P (the same for any modulus divisible by P; X2(S) is train_lm's
+period-S test, with other permutations). Recall per group
 is shown folded mod 8. Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
 of the harmonic score test of stats/periodicity.hpp, so X2(S) is train_lm's period test). For
 P = 2, 4, 8 dividing the modulus, `P|P/2` tests whether phase mod P explains more than phase
@@ -23,8 +24,8 @@ e.g. the last key position of the context with --modulus = context; runs whose m
 small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
 every group, are then shown as "-").
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
-of each compressed layer over training, first run with profiles), lm_ablation.png (per-group
-recall drop per knocked-out head or layer, first run with lm_ablation.csv).
+of each compressed layer over training, first run with profiles), lm_ablation.png (recall drop
+per knocked-out head or layer by key position mod 8, first run with lm_ablation.csv).
 Needs numpy; matplotlib only for --figs (re-runs under /usr/bin/python3 when needed).
 """
 import json
@@ -115,8 +116,8 @@ def fmt_p(p):
 
 def tables(runs, B, drop=()):
     print("| preset | seed | mean recall [95 % Wilson] | eval loss | period S | period_p | uniformity_p | "
-          "X2(8) p | X2(2) p | 4\\|2 p | 8\\|4 p | recall per group (mod 8) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "X2(2) p | X2(4) p | X2(8) p | 4\\|2 p | 8\\|4 p | recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     by_preset = {}
     for r in runs:
         s = r["summary"]
@@ -140,15 +141,15 @@ def tables(runs, B, drop=()):
         up = fmt_p(s["uniformity_p"])
         if note and note != " (drop n/a)":
             pp = up = "-"  # train_lm's tests saw every group
-        cells = [fmt_p(nt[8][1]) if 8 in nt else "-"] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (2, 4, 8)]
+        cells = [fmt_p(nt[P][1]) if P in nt else "-" for P in (2, 4, 8)] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (4, 8)]
         print(f"| {r['preset']}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
               f"{up} | {' | '.join(cells)} | {per} |")
         by_preset.setdefault(r["preset"], []).append((H / T, h8, t8))
     print()
     tq = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
     print("| preset | seeds | mean of mean recall | 95 % t interval over seeds | min | max | "
-          "pooled X2(8) p | pooled X2(2) p | pooled 4\\|2 p | pooled 8\\|4 p | pooled recall per group (mod 8) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "pooled X2(2) p | X2(4) p | X2(8) p | 4\\|2 p | 8\\|4 p | pooled recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p, rows in by_preset.items():
         v = [x[0] for x in rows]
         m = sum(v) / len(v)
@@ -163,11 +164,44 @@ def tables(runs, B, drop=()):
             hp = [sum(x[0][g] for x in strata) for g in range(8)]
             tp = [sum(x[1][g] for x in strata) for g in range(8)]
             nt = nested_tests(hp, tp, B, strata=strata)
-            cells = [fmt_p(nt[8][1]), fmt_p(nt[2][2]), fmt_p(nt[4][2]), fmt_p(nt[8][2]),
+            cells = [fmt_p(nt[2][1]), fmt_p(nt[4][1]), fmt_p(nt[8][1]), fmt_p(nt[4][2]), fmt_p(nt[8][2]),
                      " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))]
         else:
-            cells = ["-"] * 5
+            cells = ["-"] * 6
         print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} | {' | '.join(cells)} |")
+
+
+def ablation_tables(runs, B):
+    """Per knocked-out component: mean recall, recall per key position mod 8, and the period-S
+    test of the ablated counts."""
+    for r in [x for x in runs if x["ablation"]]:
+        M = len(r["summary"]["trials"])
+        F = 8 if M % 8 == 0 else M
+        S = r["model"]["stride"]
+        print(f"\nAblation, {r['preset']} seed {r['seed']} (recall folded mod {F}; drop = intact - ablated):\n")
+        print(f"| knocked out | mean recall | recall per group (mod {F}) | largest drop at | period-{S} p |")
+        print("|---|---|---|---|---|")
+        comps = []
+        for x in r["ablation"]:
+            if (x["layer"], x["head"]) not in comps:
+                comps.append((x["layer"], x["head"]))
+        bh = [sum(r["summary"]["hits"][g::F]) for g in range(F)]
+        bt = [sum(r["summary"]["trials"][g::F]) for g in range(F)]
+        rows = [("none", bh, bt)]
+        for c in comps:
+            xs = [x for x in r["ablation"] if (x["layer"], x["head"]) == c]
+            h = [sum(int(x["hits"]) for x in xs if int(x["group"]) % F == g) for g in range(F)]
+            t = [sum(int(x["trials"]) for x in xs if int(x["group"]) % F == g) for g in range(F)]
+            rows.append((f"layer {c[0]} " + ("(whole attention)" if c[1] == "all" else f"head {c[1]}"), h, t))
+        base = [a / b if b else 0 for a, b in zip(bh, bt)]
+        for name, h, t in rows:
+            rec = [a / b if b else 0 for a, b in zip(h, t)]
+            drops = [b0 - x for b0, x in zip(base, rec)]
+            worst = max(range(F), key=lambda g: drops[g]) if name != "none" else None
+            nt = nested_tests(h, t, B) if F % S == 0 else {}
+            per = " ".join(f"{x:.3f}" for x in rec)
+            pS = fmt_p(nt[S][1]) if S in nt else "-"
+            print(f"| {name} | {sum(h) / sum(t):.3f} | {per} | {'-' if worst is None else f'{worst} ({drops[worst]:.3f})'} | {pS} |")
 
 
 def figures(runs, figs):
@@ -231,10 +265,19 @@ def figures(runs, figs):
             c = (x["layer"], x["head"])
             if c not in comps:
                 comps.append(c)
-        groups = sorted({int(x["group"]) for x in r["ablation"]})
-        m = np.zeros((len(comps), len(groups)))
+        M = len(r["summary"]["trials"])
+        F = 8 if M % 8 == 0 else M  # folded mod 8 (per-position counts are ~130 queries)
+        groups = list(range(F))
+        base_h = [sum(r["summary"]["hits"][g::F]) for g in range(F)]
+        base_t = [sum(r["summary"]["trials"][g::F]) for g in range(F)]
+        ah = np.zeros((len(comps), F))
+        at = np.zeros((len(comps), F))
         for x in r["ablation"]:
-            m[comps.index((x["layer"], x["head"])), groups.index(int(x["group"]))] = float(x["drop"])
+            i, g = comps.index((x["layer"], x["head"])), int(x["group"]) % F
+            ah[i, g] += int(x["hits"])
+            at[i, g] += int(x["trials"])
+        base = np.array([a / b if b else 0.0 for a, b in zip(base_h, base_t)])
+        m = base[None, :] - np.divide(ah, at, out=np.zeros_like(ah), where=at > 0)
         fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(groups), 0.9 + 0.4 * len(comps)))
         im = ax.imshow(m, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(groups)), [str(g) for g in groups])
@@ -272,6 +315,7 @@ def main(argv):
     for d in args:
         runs.extend(load_run(d))
     tables(runs, B, drop)
+    ablation_tables(runs, B)
     if figs:
         figures(runs, figs)
     return 0
