@@ -220,10 +220,11 @@ def figures(runs, figs):
     fig, axes = plt.subplots(1, len(presets), figsize=(2.6 * len(presets), 2.8), sharey=True, squeeze=False)
     for ax, p in zip(axes[0], presets):
         for r in [x for x in runs if x["preset"] == p]:
-            g = [int(x["group"]) for x in r["phase"]]
-            y = [float(x["recall"]) for x in r["phase"]]
-            lo = [y[i] - float(x["ci_low"]) for i, x in enumerate(r["phase"])]
-            hi = [float(x["ci_high"]) - y[i] for i, x in enumerate(r["phase"])]
+            rows = [x for x in r["phase"] if int(x["trials"]) > 0]  # e.g. the last context position
+            g = [int(x["group"]) for x in rows]
+            y = [float(x["recall"]) for x in rows]
+            lo = [y[i] - float(x["ci_low"]) for i, x in enumerate(rows)]
+            hi = [float(x["ci_high"]) - y[i] for i, x in enumerate(rows)]
             ax.errorbar(g, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=f"seed {r['seed']}")
         ax.set_title(p)
         ax.set_xlabel(f"key position mod {len(r['phase'])}")
