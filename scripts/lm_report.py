@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
-    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
 optionally lm_ablation.csv). Prints, as Markdown:
@@ -23,6 +23,8 @@ large. The permutation p is (1 + #{T* >= T}) / (B + 1).
 e.g. the last key position of the context with --modulus = context; runs whose modulus is too
 small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
 every group, are then shown as "-").
+--edges: for runs with at least 16 groups, the misses at the last three key positions that have
+queries and at all the others.
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
 of each compressed layer over training, first run with profiles), lm_ablation.png (recall drop
 per knocked-out head or layer by key position mod 8, first run with lm_ablation.csv).
@@ -171,6 +173,24 @@ def tables(runs, B, drop=()):
         print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} | {' | '.join(cells)} |")
 
 
+def edge_table(runs):
+    """Runs with at least 16 groups: misses at the last three key positions that have queries
+    (with --modulus = context these are the last positions of the context) and elsewhere."""
+    rs = [r for r in runs if len(r["summary"]["trials"]) >= 16]
+    if not rs:
+        return
+    print("\n| preset | seed | misses | at the other positions | at the last three key positions (position: misses/queries) |")
+    print("|---|---|---|---|---|")
+    for r in rs:
+        h, t = r["summary"]["hits"], r["summary"]["trials"]
+        full = [g for g in range(len(t)) if t[g] > 0]
+        last = full[-3:]
+        miss = [t[g] - h[g] for g in range(len(t))]
+        other = sum(miss[g] for g in full if g not in last)
+        cells = ", ".join(f"{g}: {miss[g]}/{t[g]}" for g in last)
+        print(f"| {r['preset']} | {r['seed']} | {sum(miss)} | {other} | {cells} |")
+
+
 def ablation_tables(runs, B):
     """Per knocked-out component: mean recall, recall per key position mod 8, and the period-S
     test of the ablated counts."""
@@ -309,6 +329,8 @@ def main(argv):
         i = args.index("--permutations")
         B = int(args[i + 1])
         del args[i:i + 2]
+    if "--edges" in args:
+        args.remove("--edges")
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
@@ -316,6 +338,8 @@ def main(argv):
     for d in args:
         runs.extend(load_run(d))
     tables(runs, B, drop)
+    if "--edges" in argv:
+        edge_table(runs)
     ablation_tables(runs, B)
     if figs:
         figures(runs, figs)
