@@ -12,8 +12,8 @@ optionally lm_ablation.csv). Prints, as Markdown:
   permuted within each seed.
 `uniformity_p` is train_lm's test over its `--modulus` groups; X2(P) p tests unequal recall over
 the P classes of key position mod P (the same for any modulus divisible by P; X2(S) is train_lm's
-period-S test, with other permutations). Recall per group
-is shown folded mod 8. Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
+period-S test, with other permutations). Recall per group is shown folded mod 8.
+Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
 of the harmonic score test of stats/periodicity.hpp, so X2(S) is train_lm's period test). For
 P = 2, 4, 8 dividing the modulus, `P|P/2` tests whether phase mod P explains more than phase
 mod P/2 does: statistic X2(P) - X2(P/2), permutation reference (group sizes and total hits
