@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
+
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges]
+
+Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
+optionally lm_ablation.csv). Prints, as Markdown:
+- one row per run: mean recall with its 95 % Wilson interval (all queries pooled), eval loss,
+  train_lm's own period_p and uniformity_p, and nested period tests on the per-group counts;
+- one row per preset: the mean over seeds of the mean recall with a 95 % t interval over seeds,
+  and the nested period tests on the counts pooled over seeds (folded mod 8), the phase labels
+  permuted within each seed.
+`uniformity_p` is train_lm's test over its `--modulus` groups; X2(P) p tests unequal recall over
+the P classes of key position mod P (the same for any modulus divisible by P; X2(S) is train_lm's
+period-S test, with other permutations). Recall per group is shown folded mod 8.
+Nested period tests: X2(P) is Pearson's X^2 of the hits on the table folded mod P (the statistic
+of the harmonic score test of stats/periodicity.hpp, so X2(S) is train_lm's period test). For
+P = 2, 4, 8 dividing the modulus, `P|P/2` tests whether phase mod P explains more than phase
+mod P/2 does: statistic X2(P) - X2(P/2), permutation reference (group sizes and total hits
+fixed, B permutations, seed 1). A run whose recall has period S shows `S|S/2` small and `2S|S`
+large. The permutation p is (1 + #{T* >= T}) / (B + 1).
+--drop G,...: leave the queries of those groups out of every test and mean (a sensitivity check,
+e.g. the last key position of the context with --modulus = context; runs whose modulus is too
+small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
+every group, are then shown as "-").
+--edges: for runs with at least 16 groups, the misses at the last three key positions that have
+queries and at all the others.
+With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
+of each compressed layer over training, first run with profiles), lm_ablation.png (recall drop
+per knocked-out head or layer by key position mod 8, first run with lm_ablation.csv).
+Needs numpy; matplotlib only for --figs (re-runs under /usr/bin/python3 when needed).
+"""
+import json
+import math
+import os
+import sys
+
+from kvphase_csv import have_matplotlib, read_rows
+
+
+def wilson(h, n, z=1.959964):
+    if n == 0:
+        return (0.0, 1.0)
+    p = h / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    r = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - r), min(1.0, c + r))
+
+
+def folded_x2(hits, trials, P):
+    """Pearson X^2 of the hits on the table folded mod P (0 when recall is all 0 or all 1)."""
+    import numpy as np
+    hits = np.asarray(hits, dtype=float)
+    trials = np.asarray(trials, dtype=float)
+    N, Y = trials.sum(), hits.sum(axis=-1)
+    pbar = Y / N
+    v = pbar * (1 - pbar)
+    M = trials.shape[-1]
+    t = 0.0
+    for c in range(P):
+        n_c = trials[c:M:P].sum()
+        if n_c == 0:
+            continue
+        y_c = hits[..., c:M:P].sum(axis=-1)
+        t = t + (y_c - n_c * pbar) ** 2 / n_c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(v > 0, t / np.where(v > 0, v, 1), 0.0)
+
+
+def nested_tests(hits, trials, B=9999, seed=1, strata=None):
+    """{P: (X2(P), p of X2(P), p of P|P/2)} for P = 2, 4, 8, 16 dividing the modulus (2|1 is X2(2)).
+    strata: optional list of (hits, trials) whose sums are hits, trials (e.g. seeds); the labels
+    are then permuted within each stratum and the permuted counts summed."""
+    import numpy as np
+    M = len(trials)
+    periods = [P for P in (2, 4, 8, 16) if M % P == 0]
+    rng = np.random.default_rng(seed)
+    if strata is None:
+        strata = [(hits, trials)]
+    perm = sum(rng.multivariate_hypergeometric(np.asarray(t, dtype=np.int64), int(sum(h)), size=B) for h, t in strata)
+    out = {}
+    prev_obs, prev_perm = 0.0, np.zeros(B)
+    for P in periods:
+        obs = float(folded_x2(hits, trials, P))
+        pp = folded_x2(perm, trials, P)
+        d_obs, d_perm = obs - prev_obs, pp - prev_perm
+        tol = 1e-9 * max(1.0, abs(obs))
+        p_tot = (1 + int(np.sum(pp >= obs - tol))) / (B + 1)
+        p_inc = (1 + int(np.sum(d_perm >= d_obs - tol))) / (B + 1)
+        out[P] = (obs, p_tot, p_inc)
+        prev_obs, prev_perm = obs, pp
+    return out
+
+
+def load_run(d):
+    summary = json.load(open(os.path.join(d, "lm_summary.json")))
+    phase = read_rows(os.path.join(d, "lm_phase.csv"))
+    hist = read_rows(os.path.join(d, "lm_history.csv")) if os.path.exists(os.path.join(d, "lm_history.csv")) else []
+    abl = os.path.join(d, "lm_ablation.csv")
+    abl = read_rows(abl) if os.path.exists(abl) else []
+    runs = []
+    for r in summary["runs"]:
+        key = (r["preset"], str(r["seed"]))
+        runs.append({
+            "dir": d, "preset": r["preset"], "seed": int(r["seed"]), "summary": r,
+            "model": r["model"],
+            "phase": [x for x in phase if (x["preset"], x["seed"]) == key],
+            "history": [x for x in hist if (x["preset"], x["seed"]) == key],
+            "ablation": [x for x in abl if (x["preset"], x["seed"]) == key],
+        })
+    return runs
+
+
+def fmt_p(p):
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def tables(runs, B, drop=()):
+    print("| preset | seed | mean recall [95 % Wilson] | eval loss | period S | period_p | uniformity_p | "
+          "X2(2) p | X2(4) p | X2(8) p | 4\\|2 p | 8\\|4 p | recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    by_preset = {}
+    for r in runs:
+        s = r["summary"]
+        h, t = list(s["hits"]), list(s["trials"])
+        note = ""
+        if drop:
+            if all(g < len(t) for g in drop):
+                for g in drop:
+                    h[g], t[g] = 0, 0
+                note = f" (without groups {','.join(map(str, drop))})"
+            else:
+                note = " (drop n/a)"
+        H, T = sum(h), sum(t)
+        lo, hi = wilson(H, T)
+        nt = nested_tests(h, t, B)
+        h8 = [sum(h[g::8]) for g in range(8)] if len(h) % 8 == 0 else h
+        t8 = [sum(t[g::8]) for g in range(8)] if len(t) % 8 == 0 else t
+        per = " ".join(f"{(a / b if b else 0):.3f}" for a, b in zip(h8, t8))
+        S = r["model"]["stride"] if r["model"]["schedule"].split(",")[0] != "full" else "-"
+        pp = fmt_p(s["period_p"]) if s.get("period") else "-"
+        up = fmt_p(s["uniformity_p"])
+        if note and note != " (drop n/a)":
+            pp = up = "-"  # train_lm's tests saw every group
+        cells = [fmt_p(nt[P][1]) if P in nt else "-" for P in (2, 4, 8)] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (4, 8)]
+        print(f"| {r['preset']}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
+              f"{up} | {' | '.join(cells)} | {per} |")
+        by_preset.setdefault(r["preset"], []).append((H / T, h8, t8))
+    print()
+    tq = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
+    print("| preset | seeds | mean of mean recall | 95 % t interval over seeds | min | max | "
+          "pooled X2(2) p | X2(4) p | X2(8) p | 4\\|2 p | 8\\|4 p | pooled recall per group (mod 8) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for p, rows in by_preset.items():
+        v = [x[0] for x in rows]
+        m = sum(v) / len(v)
+        if len(v) > 1:
+            sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+            w = tq.get(len(v) - 1, 1.96) * sd / math.sqrt(len(v))
+            ci = f"[{m - w:.4f}, {min(1.0, m + w):.4f}]"
+        else:
+            ci = "-"
+        strata = [(x[1], x[2]) for x in rows if len(x[2]) == 8]
+        if len(strata) == len(rows):
+            hp = [sum(x[0][g] for x in strata) for g in range(8)]
+            tp = [sum(x[1][g] for x in strata) for g in range(8)]
+            nt = nested_tests(hp, tp, B, strata=strata)
+            cells = [fmt_p(nt[2][1]), fmt_p(nt[4][1]), fmt_p(nt[8][1]), fmt_p(nt[4][2]), fmt_p(nt[8][2]),
+                     " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))]
+        else:
+            cells = ["-"] * 6
+        print(f"| {p} | {len(v)} | {m:.4f} | {ci} | {min(v):.4f} | {max(v):.4f} | {' | '.join(cells)} |")
+
+
+def edge_table(runs):
+    """Runs with at least 16 groups: misses at the last three key positions that have queries
+    (with --modulus = context these are the last positions of the context) and elsewhere."""
+    rs = [r for r in runs if len(r["summary"]["trials"]) >= 16]
+    if not rs:
+        return
+    print("\n| preset | seed | misses | at the other positions | at the last three key positions (position: misses/queries) |")
+    print("|---|---|---|---|---|")
+    for r in rs:
+        h, t = r["summary"]["hits"], r["summary"]["trials"]
+        full = [g for g in range(len(t)) if t[g] > 0]
+        last = full[-3:]
+        miss = [t[g] - h[g] for g in range(len(t))]
+        other = sum(miss[g] for g in full if g not in last)
+        cells = ", ".join(f"{g}: {miss[g]}/{t[g]}" for g in last)
+        print(f"| {r['preset']} | {r['seed']} | {sum(miss)} | {other} | {cells} |")
+
+
+def ablation_tables(runs, B):
+    """Per knocked-out component: mean recall, recall per key position mod 8, and the period-S
+    test of the ablated counts."""
+    for r in [x for x in runs if x["ablation"]]:
+        M = len(r["summary"]["trials"])
+        F = 8 if M % 8 == 0 else M
+        S = r["model"]["stride"]
+        print(f"\nAblation, {r['preset']} seed {r['seed']} (recall folded mod {F}; drop = intact - ablated):\n")
+        print(f"| knocked out | mean recall | recall per group (mod {F}) | largest drop at | period-{S} p |")
+        print("|---|---|---|---|---|")
+        comps = []
+        for x in r["ablation"]:
+            if (x["layer"], x["head"]) not in comps:
+                comps.append((x["layer"], x["head"]))
+        bh = [sum(r["summary"]["hits"][g::F]) for g in range(F)]
+        bt = [sum(r["summary"]["trials"][g::F]) for g in range(F)]
+        rows = [("none", bh, bt)]
+        for c in comps:
+            xs = [x for x in r["ablation"] if (x["layer"], x["head"]) == c]
+            h = [sum(int(x["hits"]) for x in xs if int(x["group"]) % F == g) for g in range(F)]
+            t = [sum(int(x["trials"]) for x in xs if int(x["group"]) % F == g) for g in range(F)]
+            rows.append((f"layer {c[0]} " + ("(whole attention)" if c[1] == "all" else f"head {c[1]}"), h, t))
+        base = [a / b if b else 0 for a, b in zip(bh, bt)]
+        for name, h, t in rows:
+            rec = [a / b if b else 0 for a, b in zip(h, t)]
+            drops = [b0 - x for b0, x in zip(base, rec)]
+            worst = max(range(F), key=lambda g: drops[g]) if name != "none" else None
+            nt = nested_tests(h, t, B) if F % S == 0 else {}
+            per = " ".join(f"{x:.3f}" for x in rec)
+            pS = fmt_p(nt[S][1]) if S in nt else "-"
+            print(f"| {name} | {sum(h) / sum(t):.3f} | {per} | {'-' if worst is None else f'{worst} ({drops[worst]:.3f})'} | {pS} |")
+
+
+def figures(runs, figs):
+    if not have_matplotlib():
+        print("lm_report.py: matplotlib not available; no figures written", file=sys.stderr)
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(figs, exist_ok=True)
+
+    presets = []
+    for r in runs:
+        if r["preset"] not in presets:
+            presets.append(r["preset"])
+    fig, axes = plt.subplots(1, len(presets), figsize=(2.6 * len(presets), 2.8), sharey=True, squeeze=False)
+    for ax, p in zip(axes[0], presets):
+        for r in [x for x in runs if x["preset"] == p]:
+            rows = [x for x in r["phase"] if int(x["trials"]) > 0]  # e.g. the last context position
+            g = [int(x["group"]) for x in rows]
+            y = [float(x["recall"]) for x in rows]
+            lo = [y[i] - float(x["ci_low"]) for i, x in enumerate(rows)]
+            hi = [float(x["ci_high"]) - y[i] for i, x in enumerate(rows)]
+            ax.errorbar(g, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=f"seed {r['seed']}")
+        ax.set_title(p)
+        ax.set_xlabel(f"key position mod {len(r['phase'])}")
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("recall (95 % Wilson)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(figs, "lm_phase.png"), dpi=110)
+    plt.close(fig)
+
+    withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
+    if withprof:
+        r = withprof[0]
+        layers = sorted({int(x["layer"]) for x in r["history"] if x["layer"] != ""})
+        fig, axes = plt.subplots(1, len(layers) + 1, figsize=(3.2 * (len(layers) + 1), 2.8), squeeze=False)
+        for ax, l in zip(axes[0], layers):
+            rows = [x for x in r["history"] if x["layer"] == str(l)]
+            for s in sorted({int(x["slot"]) for x in rows}):
+                pts = sorted((int(x["step"]), float(x["slot_weight"])) for x in rows if x["slot"] == str(s))
+                ax.plot([a for a, _ in pts], [b for _, b in pts], marker=".", label=f"slot {s}")
+            ax.set_title(f"{r['preset']} seed {r['seed']}, layer {l}")
+            ax.set_xlabel("training step")
+            ax.set_ylabel("mean softmax over slots of the bias")
+            ax.legend(fontsize=6, ncol=2)
+        ax = axes[0][-1]
+        pts = sorted({(int(x["step"]), float(x["eval_recall"])) for x in r["history"]})
+        ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o")
+        ax.set_title("eval recall (256 sequences)")
+        ax.set_xlabel("training step")
+        fig.tight_layout()
+        fig.savefig(os.path.join(figs, "lm_gates.png"), dpi=110)
+        plt.close(fig)
+
+    withabl = [r for r in runs if r["ablation"]]
+    if withabl:
+        import numpy as np
+        r = withabl[0]
+        comps = []
+        for x in r["ablation"]:
+            c = (x["layer"], x["head"])
+            if c not in comps:
+                comps.append(c)
+        M = len(r["summary"]["trials"])
+        F = 8 if M % 8 == 0 else M  # folded mod 8 (per-position counts are ~130 queries)
+        groups = list(range(F))
+        base_h = [sum(r["summary"]["hits"][g::F]) for g in range(F)]
+        base_t = [sum(r["summary"]["trials"][g::F]) for g in range(F)]
+        ah = np.zeros((len(comps), F))
+        at = np.zeros((len(comps), F))
+        for x in r["ablation"]:
+            i, g = comps.index((x["layer"], x["head"])), int(x["group"]) % F
+            ah[i, g] += int(x["hits"])
+            at[i, g] += int(x["trials"])
+        base = np.array([a / b if b else 0.0 for a, b in zip(base_h, base_t)])
+        m = base[None, :] - np.divide(ah, at, out=np.zeros_like(ah), where=at > 0)
+        fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(groups), 0.9 + 0.4 * len(comps)))
+        im = ax.imshow(m, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(groups)), [str(g) for g in groups])
+        ax.set_yticks(range(len(comps)), [f"L{l} {'layer' if h == 'all' else 'head ' + h}" for l, h in comps])
+        ax.set_xlabel(f"key position mod {len(groups)}")
+        for i in range(len(comps)):
+            for j in range(len(groups)):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+        ax.set_title(f"recall drop, {r['preset']} seed {r['seed']}")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        fig.savefig(os.path.join(figs, "lm_ablation.png"), dpi=110)
+        plt.close(fig)
+
+
+def main(argv):
+    args = argv[1:]
+    figs, B, drop = None, 9999, ()
+    if "--drop" in args:
+        i = args.index("--drop")
+        drop = tuple(int(g) for g in args[i + 1].split(","))
+        del args[i:i + 2]
+    if "--figs" in args:
+        i = args.index("--figs")
+        figs = args[i + 1]
+        del args[i:i + 2]
+    if "--permutations" in args:
+        i = args.index("--permutations")
+        B = int(args[i + 1])
+        del args[i:i + 2]
+    if "--edges" in args:
+        args.remove("--edges")
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs = []
+    for d in args:
+        runs.extend(load_run(d))
+    tables(runs, B, drop)
+    if "--edges" in argv:
+        edge_table(runs)
+    ablation_tables(runs, B)
+    if figs:
+        figures(runs, figs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
