@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -171,7 +172,9 @@ int main(int argc, char** argv) {
     cfg["train"] = io::fields_to_json(tc);
     const io::provenance prov = io::make_provenance(cfg, seed, tc.threads, argc, argv);
     const std::string header = io::to_csv_comment(prov);
+    // a recall over no queries is NaN (lm::phase_counts): an empty cell, never a number
     auto fx = [](double v, int d = 6) {
+      if (std::isnan(v)) return std::string();
       std::ostringstream s;
       s.setf(std::ios::fixed);
       s.precision(d);
@@ -260,7 +263,10 @@ int main(int argc, char** argv) {
       std::cout << std::left << std::setw(9) << r.preset << " " << std::setw(5) << r.seed << " " << fx(r.r.eval.mean_recall(), 3)
                 << "        " << fx(r.r.eval.mean_loss(), 3) << "      " << (r.period.period ? fx(r.period.p, 4) : "  -   ")
                 << "    " << fx(r.uniform.p, 4) << "        " << fx(tps, 0) << "       " << fx(gflops / peak, 3) << "    ";
-      for (index_t g = 0; g < data.modulus; ++g) std::cout << fx(r.r.eval.recall(g), 2) << " ";
+      for (index_t g = 0; g < data.modulus; ++g) {
+        const double v = r.r.eval.recall(g);
+        std::cout << (std::isnan(v) ? std::string("-") : fx(v, 2)) << " ";
+      }
       std::cout << "\n";
     }
     std::ofstream(out + "/lm_summary.json") << js.dump(2) << "\n";

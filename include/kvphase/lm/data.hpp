@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -135,14 +136,18 @@ struct phase_counts {
     trials.assign(static_cast<std::size_t>(m), 0);
     hits.assign(static_cast<std::size_t>(m), 0);
   }
+  /// Hits / trials of group g; NaN for a group no query fell in (e.g. the last context position
+  /// with modulus = context): no data is not a recall of 0.
   [[nodiscard]] double recall(index_t g) const {
     const auto t = trials[static_cast<std::size_t>(g)];
-    return t ? static_cast<double>(hits[static_cast<std::size_t>(g)]) / static_cast<double>(t) : 0.0;
+    return t ? static_cast<double>(hits[static_cast<std::size_t>(g)]) / static_cast<double>(t)
+             : std::numeric_limits<double>::quiet_NaN();
   }
+  /// All groups pooled; NaN without any query.
   [[nodiscard]] double mean_recall() const {
     std::int64_t h = 0, t = 0;
     for (std::size_t g = 0; g < trials.size(); ++g) h += hits[g], t += trials[g];
-    return t ? static_cast<double>(h) / static_cast<double>(t) : 0.0;
+    return t ? static_cast<double>(h) / static_cast<double>(t) : std::numeric_limits<double>::quiet_NaN();
   }
   [[nodiscard]] double mean_loss() const { return n ? loss_sum / static_cast<double>(n) : 0.0; }
   /// Standard error of mean_loss().
