@@ -543,6 +543,34 @@ inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, c
 
 inline double gelu(double v) noexcept { return 0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440)); }
 
+/// h[j] = act(h[j] + b1[j]) for j < H (b1 null: no bias). In float, on SIMD batches: the bias
+/// add, then GELU 0.5·v·(1 + erf(v·(1/√2))) with xsimd's float erf, ReLU max(0, v). xsimd 8.1's
+/// float erf is within 2.43 ulp of erf on every finite float (checked exhaustively against erf in
+/// double on AVX-512 and AVX2, and over [-8, 8] on SSE4.2; tests/test_compress_pool.cpp's MLP
+/// bound uses 3 ulp). Doubles, the scalar path and the tail evaluate the formula in double with
+/// std::erf (xsimd's double erf is off by up to 68 ulp). Both MLP paths (mlp_entries, the
+/// per-entry engine) call it.
+template <class Real, class Arch>
+inline void mlp_activate(Real* h, const Real* b1, index_t H, mlp_activation act) noexcept {
+  index_t j = 0;
+  if constexpr (std::is_same_v<Real, float> && !simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    const B half(Real(0.5)), one(Real(1)), rsqrt2(Real(0.70710678118654752440)), zero(Real(0));
+    for (; j + L <= H; j += L) {
+      B v = B::load_unaligned(h + j);
+      if (b1) v = v + B::load_unaligned(b1 + j);
+      v = act == mlp_activation::relu ? xsimd::max(zero, v) : half * v * (one + xsimd::erf(v * rsqrt2));
+      v.store_unaligned(h + j);
+    }
+  }
+  for (; j < H; ++j) {
+    double v = static_cast<double>(h[j]) + (b1 ? static_cast<double>(b1[j]) : 0.0);
+    v = act == mlp_activation::relu ? std::max(0.0, v) : gelu(v);
+    h[j] = static_cast<Real>(v);
+  }
+}
+
 /// Resolved per-call state of the compressor for one head: everything the per-entry kernels need,
 /// computed once at the API boundary.
 template <class Real, class Arch>
@@ -663,11 +691,7 @@ struct engine {
           }
         }
         weighted_rows<Real, Arch>(p->mlp_w1.data() + m0 * d * H, H, f, n * d, H, h);
-        for (index_t j = 0; j < H; ++j) {
-          double v = static_cast<double>(h[j]) + (p->mlp_b1.size() ? static_cast<double>(p->mlp_b1[j]) : 0.0);
-          v = p->activation == mlp_activation::relu ? std::max(0.0, v) : gelu(v);
-          h[j] = static_cast<Real>(v);
-        }
+        mlp_activate<Real, Arch>(h, p->mlp_b1.size() ? p->mlp_b1.data() : nullptr, H, p->activation);
         weighted_rows<Real, Arch>(p->mlp_w2.data(), c, h, H, c, row);
         if (p->mlp_b2.size()) {
           for (index_t k = 0; k < c; ++k) row[k] += p->mlp_b2[k];
@@ -756,34 +780,6 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
   }
 }
 
-/// h[j] = act(h[j] + b1[j]) for j < H (b1 null: no bias). In float, on SIMD batches: the bias
-/// add, then GELU 0.5·v·(1 + erf(v·(1/√2))) with xsimd's float erf, ReLU max(0, v). xsimd 8.1's
-/// float erf is within 2.43 ulp of erf on every finite float (checked exhaustively against erf in
-/// double on AVX-512 and AVX2, and over [-8, 8] on SSE4.2; tests/test_compress_pool.cpp's MLP
-/// bound uses 3 ulp). Doubles and
-/// the tail evaluate the formula in double with std::erf (xsimd's double erf is off by up to 68
-/// ulp), as the scalar reference path does (gelu above).
-template <class Real, class Arch>
-inline void mlp_activate(Real* h, const Real* b1, index_t H, mlp_activation act) noexcept {
-  index_t j = 0;
-  if constexpr (std::is_same_v<Real, float>) {
-    using B = xsimd::batch<Real, Arch>;
-    constexpr index_t L = B::size;
-    const B half(Real(0.5)), one(Real(1)), rsqrt2(Real(0.70710678118654752440)), zero(Real(0));
-    for (; j + L <= H; j += L) {
-      B v = B::load_unaligned(h + j);
-      if (b1) v = v + B::load_unaligned(b1 + j);
-      v = act == mlp_activation::relu ? xsimd::max(zero, v) : half * v * (one + xsimd::erf(v * rsqrt2));
-      v.store_unaligned(h + j);
-    }
-  }
-  for (; j < H; ++j) {
-    double v = static_cast<double>(h[j]) + (b1 ? static_cast<double>(b1[j]) : 0.0);
-    v = act == mlp_activation::relu ? std::max(0.0, v) : gelu(v);
-    h[j] = static_cast<Real>(v);
-  }
-}
-
 /// The MLP pool on SIMD paths: entries [a, b) of one thread in tiles of T entries, each tile
 /// three passes over cache-resident data: F = the flattened blocks (T × W·d, masked slots zero,
 /// plus the position encoding), H = act(F·W1 + b1) and O = H·W2 + b2 (two GEMMs: every weight is
@@ -796,7 +792,7 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
   // a tile of F holds ≤ 16 Mi values (64 MiB in float), T ≤ 1024 a multiple of the GEMM row group:
   // the GEMM packs W1 once per tile, so larger tiles amortise it (NSA at d = 512: W1 is 64 MiB,
-  // T = 1024, one tile for 16K tokens; 512 measured ~3 % slower there)
+  // T = 1024, one tile for 16K tokens)
   const index_t T = std::clamp<index_t>((index_t(1) << 24) / Wd / row_group * row_group, row_group, 1024);
   const index_t tile = std::min(T, b - a);
   buf.resize(static_cast<std::size_t>(tile * (Wd + H + c)));
