@@ -226,6 +226,274 @@ TEST_CASE("general model: tokens through compress:: and attention::, output equa
                     Catch::Contains("params_file = w.safetensors") && Catch::Contains("loader"));
 }
 
+namespace {
+
+// One stacked layer in double (sim/general_model.hpp, "Layer schedule"): row i = 1 … N of S
+// queries at position i (rotated at i) the rows before it — the last `win` (window), all
+// (full), or the visible entries of `entries` plus the window (compressed, joint) — and its
+// output (rotated back by −i with a shared compressor) is added to row i (to SV's row i with
+// separate K/V). Returns the largest |model − reference| / bound over the rows.
+struct layer_ref {
+  enum kind { window, full, compressed, compressed_only } k = full;
+  const kvphase::matrix_t<float>* entries = nullptr;  // key entries (shared: also the values)
+  const kvphase::matrix_t<float>* ventries = nullptr; // separate K/V: value entries
+  compress::chunk_grid grid{};
+};
+
+double check_layer(const sim::general_model& gm, const layer_ref& L, const kvphase::matrix_t<float>& S0,
+                   const kvphase::matrix_t<float>& SV0, const kvphase::matrix_t<float>& S1, const kvphase::matrix_t<float>& SV1,
+                   index_t N, index_t win, double beta, bool sink) {
+  const index_t D = gm.width();
+  const bool shared = gm.shared_kv();
+  const auto& spec = gm.spec();
+  const bool rope = spec.rope.anchor != compress::rope_anchor::none;
+  const compress::rope_frequencies f = rope ? compress::rope_frequencies(spec.rope, D) : compress::rope_frequencies{};
+  auto rotated = [&](const float* row, index_t t) {
+    std::vector<float> r(row, row + D);
+    if (rope) compress::apply_rope(r.data(), static_cast<double>(t), f);
+    return std::vector<double>(r.begin(), r.end());
+  };
+  const index_t vw = shared ? D : SV0.cols();
+  double worst = 0;
+  for (index_t i = 1; i <= N; ++i) {
+    const auto q = rotated(S0.row(i).data(), i);
+    std::vector<std::vector<double>> keys, vals;
+    const index_t t = i - 1;  // visibility position
+    if (L.k == layer_ref::compressed || L.k == layer_ref::compressed_only) {
+      const index_t nv = std::min(L.grid.num_visible(t), L.entries->rows());
+      for (index_t e = 0; e < nv; ++e) {
+        keys.emplace_back(L.entries->row(e).data(), L.entries->row(e).data() + D);
+        if (shared) vals.push_back(keys.back());
+        else vals.emplace_back(L.ventries->row(e).data(), L.ventries->row(e).data() + vw);
+      }
+    }
+    if (L.k != layer_ref::compressed_only) {
+      const index_t lo = L.k == layer_ref::full ? 0 : std::max<index_t>(0, t - win + 1);
+      for (index_t u = lo; u <= t; ++u) {
+        keys.push_back(rotated(S0.row(u).data(), u));
+        if (shared) vals.push_back(keys.back());
+        else vals.emplace_back(SV0.row(u).data(), SV0.row(u).data() + vw);
+      }
+    }
+    std::vector<double> o(static_cast<std::size_t>(vw), 0.0);
+    double mag = 0, qk = 0;
+    if (!keys.empty()) {
+      std::vector<double> logit(keys.size());
+      double mx = sink ? 0.0 : -INFINITY;
+      for (std::size_t a = 0; a < keys.size(); ++a) {
+        double v = 0, av = 0;
+        for (index_t j = 0; j < D; ++j) {
+          v += q[static_cast<std::size_t>(j)] * keys[a][static_cast<std::size_t>(j)];
+          av += std::abs(q[static_cast<std::size_t>(j)] * keys[a][static_cast<std::size_t>(j)]);
+        }
+        logit[a] = beta * v;
+        qk = std::max(qk, av);
+        mx = std::max(mx, logit[a]);
+      }
+      double z = sink ? std::exp(-mx) : 0.0;
+      for (std::size_t a = 0; a < keys.size(); ++a) {
+        const double p = std::exp(logit[a] - mx);
+        z += p;
+        for (index_t j = 0; j < vw; ++j) o[static_cast<std::size_t>(j)] += p * vals[a][static_cast<std::size_t>(j)];
+        for (index_t j = 0; j < vw; ++j) mag = std::max(mag, std::abs(vals[a][static_cast<std::size_t>(j)]));
+      }
+      for (auto& v : o) v /= z;
+      if (rope && shared) {
+        std::vector<double> back = o;
+        for (index_t k = 0; k < f.rotated / 2; ++k) {
+          const double a = -static_cast<double>(i) * f.inv_freq[static_cast<std::size_t>(k)];
+          const index_t c0 = D - f.rotated + 2 * k;
+          back[static_cast<std::size_t>(c0)] = o[static_cast<std::size_t>(c0)] * std::cos(a) - o[static_cast<std::size_t>(c0 + 1)] * std::sin(a);
+          back[static_cast<std::size_t>(c0 + 1)] = o[static_cast<std::size_t>(c0)] * std::sin(a) + o[static_cast<std::size_t>(c0 + 1)] * std::cos(a);
+        }
+        o = back;
+      }
+    }
+    // the output's bound as in the single-query reference test (logits: β·γ_D·Σ|q k| each,
+    // weights 2δ relative, exp, normaliser and weighted sum 3·items + 8 roundings), the rotation
+    // back (4 roundings) and the residual add (one rounding of the sum)
+    const double items = static_cast<double>(keys.size());
+    const double budget = (2 * beta * kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(D), qk) +
+                           kvphase::test::rel_bound<float>(3.0 * items + 12)) * mag;
+    for (index_t j = 0; j < vw; ++j) {
+      double want, got;
+      if (shared) {
+        want = static_cast<double>(S0(i, j)) + o[static_cast<std::size_t>(j)];
+        got = S1(i, j);
+      } else {
+        if (i == N) break;  // the query row's value is not kept
+        want = static_cast<double>(SV0(i, j)) + o[static_cast<std::size_t>(j)];
+        got = SV1(i, j);
+      }
+      const double bound = budget + kvphase::test::rel_bound<float>(1) * std::abs(want) + 1e-30;
+      worst = std::max(worst, std::abs(got - want) / bound);
+    }
+    if (!shared)  // keys stay the task's
+      for (index_t j = 0; j < D; ++j) REQUIRE(S1(i, j) == S0(i, j));
+  }
+  REQUIRE(S1.row(0) == S0.row(0));  // row 0 attends nothing
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("general path: a layer schedule's layers equal a double reference; the stack composes", "[sim][general][layers]") {
+  const index_t d = 16, dv = 3, win = 5, N = 97;
+  const double beta = 0.3;
+  auto csa = compress::v4_csa();
+  csa.rope.rope_dim = 8;
+  const compress::operator_spec meanop{.grid = {.window = 8, .stride = 4}, .pool = compress::pool_kind::mean, .rmsnorm = true};
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (const auto& op : {csa, compress::paper_ref(), meanop}) {
+    for (bool sink : {false, true}) {
+      INFO(op << " sink " << sink);
+      const bool sep = op.separate_kv;
+      const std::string presetl = sep ? "paper_ref" : "v41";
+      const sim::model_config m{.sink = sink, .params = compress::params_kind::planted_early,
+                                .layers = "window,full,op," + presetl + ",op"};
+      REQUIRE_NOTHROW(m.validate());
+      const sim::general_model gm(op, d, dv, win, m, 3);
+      REQUIRE(gm.layers_before_read() == 4);
+      const index_t D = gm.width();
+      kvphase::matrix_t<float> S0(N + 1, D), SV0;
+      for (index_t i = 0; i <= N; ++i)
+        for (index_t j = 0; j < D; ++j) S0(i, j) = nd(rng);
+      sim::general_workspace ws;
+      {
+        auto st = sim::seed_normal_state(1, 1);
+        gm.begin(ws, st, N);  // sizes the value rows
+      }
+      if (sep) {
+        SV0.resize(N, ws.V.cols());
+        for (index_t i = 0; i < N; ++i)
+          for (index_t j = 0; j < SV0.cols(); ++j) SV0(i, j) = nd(rng);
+      }
+      using lt = sim::general_model::layer_type;
+      for (std::size_t l = 0; l < 4; ++l) {
+        const auto& L = gm.plan()[l];
+        for (bool twin : {false, true}) {
+          const lt type = twin ? lt::full : L.type;
+          INFO("layer " << l << " type " << static_cast<int>(type));
+          kvphase::matrix_t<float> S1 = S0, SV1 = SV0;
+          gm.apply_layer(type, L, S1, SV1, N, beta, ws);
+          layer_ref ref;
+          kvphase::matrix_t<float> Kc, Vc;
+          if (type == lt::window) ref.k = layer_ref::window;
+          else if (type == lt::full) ref.k = layer_ref::full;
+          else {
+            const auto& sp = type == lt::op ? gm.spec() : L.spec;
+            const auto& pk = type == lt::op ? gm.params() : L.pk[0];
+            Kc = compress::compress<float>(sp, pk, kvphase::matrix_t<float>(S0.topRows(N)), 0, {.threads = 1});
+            if (sep) {
+              auto vsp = sp;
+              vsp.rope.anchor = compress::rope_anchor::none;
+              Vc = compress::compress<float>(vsp, type == lt::op ? gm.value_params() : L.pv[0], SV0, 0, {.threads = 1});
+            }
+            ref = {.k = layer_ref::compressed, .entries = &Kc, .ventries = &Vc, .grid = sp.grid};
+          }
+          const double worst = check_layer(gm, ref, S0, SV0, S1, SV1, N, win, beta, sink);
+          CHECK(worst <= 1.0);
+        }
+      }
+      // composition: run() = the layers in order on [X; query], then read(); the full control
+      // the same with every layer full attention
+      std::vector<float> q(static_cast<std::size_t>(d));
+      for (auto& v : q) v = nd(rng);
+      auto st = sim::seed_normal_state(2, 7);
+      gm.begin(ws, st, N);
+      for (index_t t = 0; t < N; t += 3)
+        for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
+      sim::general_workspace w2 = ws;
+      gm.run(ws, N, q.data(), beta);
+      kvphase::matrix_t<float> S(N + 1, D), F, SVm = w2.V, FVm = w2.V;
+      S.topRows(N) = w2.X;
+      S.row(N).setZero();
+      std::copy(q.begin(), q.end(), S.row(N).data() + (gm.shared_kv() ? D - d : 0));
+      F = S;
+      for (std::size_t l = 0; l < 4; ++l) {
+        gm.apply_layer(gm.plan()[l].type, gm.plan()[l], S, SVm, N, beta, w2);
+        gm.apply_layer(lt::full, gm.plan()[l], F, FVm, N, beta, w2);
+      }
+      w2.X = S.topRows(N);
+      w2.q = S.row(N);
+      if (sep) w2.V = SVm;
+      w2.stacked = true;
+      w2.fx = F.topRows(N);
+      w2.fq = F.row(N);
+      if (sep) w2.fv = FVm;
+      gm.read(w2, N, beta);
+      CHECK(w2.o == ws.o);
+      CHECK(w2.of == ws.of);
+      // "op" alone, and a read layer before later ones, are the single-layer model, bitwise
+      const sim::general_model one(op, d, dv, win, {.sink = sink, .params = compress::params_kind::planted_early}, 3);
+      for (const sim::model_config& mm : {sim::model_config{.sink = sink, .params = compress::params_kind::planted_early, .layers = "op"},
+                                          sim::model_config{.sink = sink, .params = compress::params_kind::planted_early,
+                                                            .layers = "op,window,op", .read_layer = 1}}) {
+        const sim::general_model g1(op, d, dv, win, mm, 3);
+        CHECK(g1.layers_before_read() == 0);
+        sim::general_workspace a, b;
+        auto sa = sim::seed_normal_state(4, 4), sb = sa;
+        one.begin(a, sa, N);
+        g1.begin(b, sb, N);
+        one.run(a, N, q.data(), beta);
+        g1.run(b, N, q.data(), beta);
+        CHECK(a.o == b.o);
+        CHECK(a.of == b.of);
+      }
+    }
+  }
+  // CSA with a top-k that keeps every entry is the joint layer; NSA gated (1, 0, 0) is its
+  // compressed branch alone — both against the reference
+  {
+    const sim::model_config mc{.kind = sim::model_kind::csa, .top_k = 1 << 20, .layers = "op,op"};
+    const sim::general_model gm(csa, d, dv, win, mc, 3);
+    kvphase::matrix_t<float> S0(N + 1, gm.width()), SV;
+    for (index_t i = 0; i <= N; ++i)
+      for (index_t j = 0; j < gm.width(); ++j) S0(i, j) = nd(rng);
+    sim::general_workspace ws;
+    kvphase::matrix_t<float> S1 = S0;
+    gm.apply_layer(sim::general_model::layer_type::op, gm.plan()[0], S1, SV, N, beta, ws);
+    const auto Kc = compress::compress<float>(gm.spec(), gm.params(), kvphase::matrix_t<float>(S0.topRows(N)), 0, {.threads = 1});
+    const layer_ref ref{.k = layer_ref::compressed, .entries = &Kc, .grid = gm.spec().grid};
+    CHECK(check_layer(gm, ref, S0, SV, S1, SV, N, win, beta, false) <= 1.0);
+  }
+  {
+    auto nsa = compress::nsa();
+    const sim::model_config mn{.kind = sim::model_kind::nsa, .select_blocks = 3, .select_block = 16, .gate_cmp = 1,
+                               .gate_slc = 0, .gate_win = 0, .params = compress::params_kind::identity, .layers = "op,op"};
+    const sim::general_model gm(nsa, d, dv, win, mn, 3);
+    kvphase::matrix_t<float> S0(N + 1, gm.width()), SV;
+    for (index_t i = 0; i <= N; ++i)
+      for (index_t j = 0; j < gm.width(); ++j) S0(i, j) = nd(rng);
+    sim::general_workspace ws;
+    kvphase::matrix_t<float> S1 = S0;
+    gm.apply_layer(sim::general_model::layer_type::op, gm.plan()[0], S1, SV, N, beta, ws);
+    const auto Kc = compress::compress<float>(gm.spec(), gm.params(), kvphase::matrix_t<float>(S0.topRows(N)), 0, {.threads = 1});
+    const layer_ref ref{.k = layer_ref::compressed_only, .entries = &Kc, .grid = gm.spec().grid};
+    CHECK(check_layer(gm, ref, S0, SV, S1, SV, N, win, beta, false) <= 1.0);
+  }
+  // bad schedules are named
+  const auto bad = [&](sim::model_config mm, const char* what) {
+    INFO(mm);
+    CHECK_THROWS_WITH((mm.validate(), sim::general_model(csa, d, dv, win, mm, 0)), Catch::Contains(what));
+  };
+  bad({.layers = "window,op,attn"}, "layer 'attn' must be op, window, full or an operator preset");
+  bad({.layers = "window,full"}, "must contain an op layer");
+  bad({.layers = "op,window", .read_layer = 2}, "model.read_layer = 2: must name an op layer (layer 2 is window)");
+  bad({.layers = "op", .read_layer = 3}, "model.read_layer = 3: must be in [0, 1]");
+  bad({.params = compress::params_kind::file, .params_file = "w.safetensors", .layers = "v4_hca,op"}, "preset layer");
+  bad({.layers = "paper_ref,op"}, "must not compress keys and values separately");
+  CHECK_THROWS_WITH(sim::general_model(csa, d, dv, 0, {.layers = "window,op"}, 0), Catch::Contains("window = 0: a window layer"));
+  // the schedule is keyed only when given: every existing stream key is unchanged
+  auto c = kvphase::test::small_general_sweep("needle", csa);
+  const auto k0 = c.stream_key();
+  CHECK(k0.find("layers") == std::string::npos);
+  c.model.layers = "window,op";
+  CHECK(c.stream_key() != k0);
+  CHECK(c.stream_key().find("layers=9:window,op") != std::string::npos);
+}
+
 TEST_CASE("general path: kv-pairs and padding for learned-projection presets, deterministic", "[sim][general][determinism]") {
   for (const char* name : {"v4_csa", "paper_ref", "nsa"}) {  // v41: ctest example.sweep_determinism_general_kv-pairs
     for (auto t : {"kv-pairs", "padding"}) {
@@ -370,7 +638,9 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       {"csa", csa, {.kind = sim::model_kind::csa, .top_k = 16, .sink = true, .params = compress::params_kind::planted_early}},
       {"nsa", compress::nsa(), {.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
                                 .params = compress::params_kind::identity}},
-      {"heads", heads, {.params = compress::params_kind::planted_late}}};
+      {"heads", heads, {.params = compress::params_kind::planted_late}},
+      {"stack", csa, {.kind = sim::model_kind::csa, .top_k = 16, .sink = true, .params = compress::params_kind::planted_early,
+                      .layers = "window,v4_hca,op"}}};
   for (const auto& v : vs) {
     for (auto t : {"needle", "kv-pairs"}) {
       auto c = kvphase::test::small_general_sweep(t, v.op);

@@ -27,6 +27,20 @@
 ///     head, outputs averaged.
 ///  5. Full control: attention::full_attention over the same tokens (rotated when the spec has
 ///     RoPE), same query, scale and sink.
+/// Layer schedule (model_config::layers, e.g. "window,window,op,v4_hca,op"): the layers before
+/// the read layer (model_config::read_index) run on the residual stream of all N context rows
+/// and the query row (row N, [0 | q] as above) with identity projections: layer l maps
+///     x_i ← x_i + o_i(x),   i = 1 … N (row 0 has nothing before it),
+/// where o_i is the layer's attention output for row i as a query at position i (rotated at i,
+/// output rotated back by −i under RoPE with a shared compressor) over the rows before it
+/// (visibility of position i − 1: a row never attends to itself, whose score q·q would win
+/// with identity projections): `window` the last `window` rows, `full` every earlier row,
+/// `op` the sweep's operator attended by the model's kind (csa top-k, nsa selection and gates,
+/// or joint), a preset its own compressor in a joint softmax with the window. With separate_kv
+/// the layers write into the value rows only (keys stay the task's). The read layer then runs
+/// steps 2–4 on the resulting rows with the query row as the query. The full control runs the
+/// same stack with every layer full attention (its twin), then step 5 on its rows. The cost of a
+/// stacked trial grows as layers × N × (visible items): meant for contexts of a few thousand.
 /// Readout (tasks/*.hpp): the output vector (dv channels: e.g. the needle's indicator channel is
 /// its mass, kv-pairs decodes the codebook from it) and, for hit-by-argmax tasks, the best
 /// attended item (best_scores: entries, selected raw tokens and window tokens of the branches whose
@@ -61,6 +75,7 @@
 #include "kvphase/compress/presets.hpp"
 #include "kvphase/compress/spec.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
 #include "kvphase/core/types.hpp"
 #include "kvphase/sim/linear_model.hpp"
 #include "kvphase/sim/model_config.hpp"
@@ -116,6 +131,12 @@ struct general_workspace {
   std::vector<float> probs;       ///< nsa: compressed-branch probabilities
   bool full_scored = false;
   std::vector<float> full_score;  ///< lazily: the full control's token scores
+  // layer schedule (stacked models only)
+  bool stacked = false;           ///< this trial ran a stack: the full control reads fx / fq / fv
+  matrix_t<float> S, F;           ///< (N + 1) × width residual rows: the model's and the full twin's
+  matrix_t<float> SV, FV;         ///< N × dv value rows (separate_kv)
+  matrix_t<float> fx, fv, fq;     ///< the full twin's context, values and query at the read layer
+  matrix_t<float> R, lo, lh, lkc, lvc;  ///< one layer: rotated rows, output, head output, entries
 };
 
 class general_model {
@@ -123,8 +144,10 @@ class general_model {
   general_model() = default;
   /// The model of `op` (as given) for key width d, value width dv, raw window `window` and
   /// attention model `m`; parameters per m.params (seed params_seed for random ones).
+  /// `origin_shift` moves the grids of preset layers as op's grid was moved (the shifted design's
+  /// prefix padding, sim/design.hpp shifted_operator).
   general_model(const compress::operator_spec& op, index_t d, index_t dv, index_t window, const model_config& m,
-                std::uint64_t params_seed)
+                std::uint64_t params_seed, index_t origin_shift = 0)
       : spec_(op), m_(m), d_(d), window_(window) {
     spec_.validate();
     m_.validate();
@@ -146,14 +169,19 @@ class general_model {
     rope_ = spec_.rope.anchor != compress::rope_anchor::none;
     if (rope_) freq_ = compress::rope_frequencies(spec_.rope, width_);
     geo_ = linear_model::full();
+    plan_layers(params_seed, origin_shift);
   }
 
   [[nodiscard]] const compress::operator_spec& spec() const noexcept { return spec_; }
   [[nodiscard]] const model_config& model() const noexcept { return m_; }
   [[nodiscard]] const compress::pool_params<float>& params(index_t h = 0) const { return pk_.at(static_cast<std::size_t>(h)); }
+  /// The value compressor's parameters of head h (separate_kv only).
+  [[nodiscard]] const compress::pool_params<float>& value_params(index_t h = 0) const { return pv_.at(static_cast<std::size_t>(h)); }
   [[nodiscard]] index_t width() const noexcept { return width_; }
   [[nodiscard]] index_t value_dim() const noexcept { return dv_; }
   [[nodiscard]] bool shared_kv() const noexcept { return shared_; }
+  /// Layers run before the read layer (0: the single-layer model).
+  [[nodiscard]] index_t layers_before_read() const noexcept { return static_cast<index_t>(plan_.size()) - 1; }
   /// A geometry for the readout interface (unused by general-path readouts).
   [[nodiscard]] const linear_model& geometry() const noexcept { return geo_; }
 
@@ -179,12 +207,42 @@ class general_model {
 
   /// Runs both models for the query q (d channels) at position N with logit scale beta: the
   /// compressed model's output in ws.o, the full control's in ws.of, the items in ws.items.
+  /// With a layer schedule, the layers before the read layer run first (file comment).
   void run(general_workspace& ws, index_t N, const float* q, double beta) const {
-    const index_t H = spec_.heads;
-    ws.full_scored = false;
     if (ws.q.rows() != 1 || ws.q.cols() != width_) ws.q.resize(1, width_);
     ws.q.setZero();
     std::copy(q, q + d_, ws.q.data() + (shared_ ? dvp_ : 0));
+    ws.stacked = plan_.size() > 1;
+    if (ws.stacked) {
+      ws.S.resize(N + 1, width_);
+      ws.S.topRows(N) = ws.X;
+      ws.S.row(N) = ws.q.row(0);
+      ws.F = ws.S;
+      if (!shared_) {
+        ws.SV = ws.V;
+        ws.FV = ws.V;
+      }
+      for (std::size_t l = 0; l + 1 < plan_.size(); ++l) {
+        apply_layer(plan_[l].type, plan_[l], ws.S, ws.SV, N, beta, ws);
+        apply_layer(layer_type::full, plan_[l], ws.F, ws.FV, N, beta, ws);
+      }
+      ws.X = ws.S.topRows(N);
+      ws.q = ws.S.row(N);
+      if (!shared_) ws.V = ws.SV;
+      ws.fx = ws.F.topRows(N);
+      ws.fq = ws.F.row(N);
+      if (!shared_) ws.fv = ws.FV;
+    }
+    read(ws, N, beta);
+  }
+
+  /// The read layer (steps 2–5 of the file comment) on the context rows ws.X (ws.V) and the
+  /// unrotated query row ws.q (width() floats); the full control on ws.fx / ws.fq / ws.fv when
+  /// ws.stacked, else on the same rows. Public for the layer tests.
+  void read(general_workspace& ws, index_t N, double beta) const {
+    const index_t H = spec_.heads;
+    ws.full_scored = false;
+    require(ws.q.rows() == 1 && ws.q.cols() == width_, "q.cols()", ws.q.cols(), "must equal the token width");
     if (rope_) compress::apply_rope(ws.q.data(), static_cast<double>(N), freq_);
     const index_t vw = shared_ ? width_ : dvp_;  // value width of the attention calls
     ws.kc.resize(static_cast<std::size_t>(H));
@@ -285,8 +343,17 @@ class general_model {
                                       width_, 1.0f, it.raw_score.data());
     }
     if (H > 1) ws.o *= 1.0f / static_cast<float>(H);
-    attention::full_attention<float>(ws.q, *raw, Vraw, std::span<const index_t>(pos, 1),
-                                     attention::attention_params{.scale = beta, .sink = sink, .threads = 1}, ws.of);
+    if (ws.stacked) {  // the full twin's rows
+      if (rope_) {
+        rotate_rows(ws.fx.data(), N);
+        compress::apply_rope(ws.fq.data(), static_cast<double>(N), freq_);
+      }
+      attention::full_attention<float>(ws.fq, ws.fx, shared_ ? ws.fx : ws.fv, std::span<const index_t>(pos, 1),
+                                       attention::attention_params{.scale = beta, .sink = sink, .threads = 1}, ws.of);
+    } else {
+      attention::full_attention<float>(ws.q, *raw, Vraw, std::span<const index_t>(pos, 1),
+                                       attention::attention_params{.scale = beta, .sink = sink, .threads = 1}, ws.of);
+    }
     if (rope_ && shared_) {  // the shared entry is the value: rotate the outputs back by −N
       compress::apply_rope(ws.o.data(), -static_cast<double>(N), freq_);
       compress::apply_rope(ws.of.data(), -static_cast<double>(N), freq_);
@@ -320,11 +387,12 @@ class general_model {
   }
   /// The same for the full control (token scores computed on first use in a trial).
   void best_full(general_workspace& ws, index_t a, index_t b, float& target, float& other) const {
-    const matrix_t<float>& raw = ws.X;  // rotated in place by run() under RoPE
-    const index_t N = ws.X.rows();
+    const matrix_t<float>& raw = ws.stacked ? ws.fx : ws.X;  // rotated in place by read() under RoPE
+    const matrix_t<float>& qv = ws.stacked ? ws.fq : ws.q;
+    const index_t N = raw.rows();
     if (!ws.full_scored) {
       ws.full_score.resize(static_cast<std::size_t>(N));
-      attention::score_rows<float>(ws.q.data(), raw.data(), width_, N, width_, 1.0f, ws.full_score.data());
+      attention::score_rows<float>(qv.data(), raw.data(), width_, N, width_, 1.0f, ws.full_score.data());
       ws.full_scored = true;
     }
     constexpr float ninf = -std::numeric_limits<float>::infinity();
@@ -365,6 +433,151 @@ class general_model {
     }
   }
 
+  /// Kind of one layer of the schedule.
+  enum class layer_type { op, window, full, preset };
+  /// One layer of the schedule: op layers use spec() and params(); a preset layer its own.
+  struct layer_plan {
+    layer_type type = layer_type::op;
+    compress::operator_spec spec{}, vspec{};
+    std::vector<compress::pool_params<float>> pk, pv;
+  };
+  [[nodiscard]] const std::vector<layer_plan>& plan() const noexcept { return plan_; }
+
+  /// One layer of the stack as `type` (the plan's, or full for the twin) on the residual rows S
+  /// ((N + 1) × width(): the context and the query row) and, with separate_kv, the value rows SV
+  /// (N × value width): row i = 1 … N gets the layer's output as a query at position i over the
+  /// rows before it (file comment). Public for the layer tests.
+  void apply_layer(layer_type type, const layer_plan& L, matrix_t<float>& S, matrix_t<float>& SV, index_t N, double beta,
+                   general_workspace& ws) const {
+    require(S.rows() == N + 1 && S.cols() == width_, "S.rows()", S.rows(), "must be N + 1 rows of the token width");
+    const index_t vw = shared_ ? width_ : dvp_;
+    const double sink = m_.sink ? 0.0 : -std::numeric_limits<double>::infinity();
+    const attention::attention_params ap{.scale = beta, .sink = sink, .threads = 1};
+    ws.R = S;
+    if (rope_) rotate_rows(ws.R.data(), N + 1);
+    std::vector<index_t> pos(static_cast<std::size_t>(N));
+    for (index_t i = 0; i < N; ++i) pos[static_cast<std::size_t>(i)] = i;
+    const auto Q = ws.R.middleRows(1, N);
+    const auto K = ws.R.topRows(N);
+    const matrix_t<float>& Vsrc = shared_ ? ws.R : SV;
+    const auto V = Vsrc.topRows(N);
+    if (ws.lo.rows() != N || ws.lo.cols() != vw) ws.lo.resize(N, vw);
+    if (type == layer_type::full) {
+      attention::full_attention<float>(Q, K, V, pos, ap, ws.lo);
+    } else if (type == layer_type::window) {
+      const matrix_t<float> none_k(0, width_), none_v(0, vw);
+      attention::compressed_attention<float>(Q, pos, none_k, none_v, compress::chunk_grid{.window = 1, .stride = 1}, K,
+                                             V, attention::compressed_params{.window = window_, .compressed = false,
+                                                                             .attn = ap},
+                                             ws.lo);
+    } else {
+      const bool op = type == layer_type::op;
+      const compress::operator_spec& sp = op ? spec_ : L.spec;
+      const compress::operator_spec& vsp = op ? vspec_ : L.vspec;
+      const auto& pk = op ? pk_ : L.pk;
+      const auto& pv = op ? pv_ : L.pv;
+      const model_kind kind = op ? m_.kind : model_kind::compressed;
+      const compress::compress_options copt{.threads = 1, .stores = compress::store_mode::normal};
+      ws.lo.setZero();
+      if (ws.lh.rows() != N || ws.lh.cols() != vw) ws.lh.resize(N, vw);
+      for (index_t h = 0; h < sp.heads; ++h) {
+        const auto hs = static_cast<std::size_t>(h);
+        const compress::chunk_grid grid = sp.head_grid(h);
+        const index_t E = grid.num_entries(N);
+        ws.lkc.resize(std::max<index_t>(E, 0), width_);
+        if (E > 0)
+          compress::compress_into<float>(sp, pk[hs], matrix_view<float>(S.data(), N, width_),
+                                         matrix_mut_view<float>(ws.lkc.data(), E, width_), h, copt, &ws.comp);
+        if (!shared_) {
+          ws.lvc.resize(std::max<index_t>(E, 0), dvp_);
+          if (E > 0)
+            compress::compress_into<float>(vsp, pv[hs], matrix_view<float>(SV.data(), N, dvp_),
+                                           matrix_mut_view<float>(ws.lvc.data(), E, dvp_), h, copt, &ws.comp);
+        }
+        const matrix_t<float>& Vc = shared_ ? ws.lkc : ws.lvc;
+        attention::compressed_params cp{.window = window_, .compressed = E > 0,
+                                        .combine = kind == model_kind::nsa ? attention::combine_mode::gated
+                                                                           : attention::combine_mode::joint,
+                                        .select_block = m_.select_block, .gate_cmp = m_.gate_cmp,
+                                        .gate_slc = m_.gate_slc, .gate_win = m_.gate_win, .attn = ap};
+        attention::index_lists lists;
+        attention::compressed_selection<float> sel;
+        if (kind == model_kind::csa && E > 0) {
+          const matrix_t<float> w = matrix_t<float>::Ones(N, 1);
+          lists = attention::csa_select<float>(Q, w, ws.lkc, grid, pos,
+                                               attention::indexer_params{.heads = 1, .top_k = m_.top_k});
+          sel.entries = &lists;
+        } else if (kind == model_kind::nsa) {  // blocks per query from its compressed-branch probabilities
+          const attention::block_select_params bp{.block = m_.select_block, .top_n = m_.select_blocks};
+          for (index_t i = 0; i < N; ++i) {
+            const index_t nv = E > 0 ? std::min(grid.num_visible(i), E) : 0;
+            ws.probs.assign(static_cast<std::size_t>(std::max<index_t>(nv, 1)), 0.0f);
+            if (nv > 0) {
+              attention::score_rows<float>(Q.row(i).data(), ws.lkc.data(), width_, nv, width_, static_cast<float>(beta),
+                                           ws.probs.data());
+              attention::softmax_with_sink<float>(ws.probs.data(), nv, static_cast<float>(sink));
+            }
+            const Eigen::Map<const matrix_t<float>> P(ws.probs.data(), 1, std::max<index_t>(nv, 1));
+            const index_t pi[1] = {i};
+            const attention::index_lists one = attention::nsa_select<float>(P, grid, pi, bp);
+            for (index_t b : one.of(0)) lists.indices.push_back(b);
+            lists.offsets.push_back(static_cast<index_t>(lists.indices.size()));
+          }
+          sel.blocks = &lists;
+        }
+        attention::compressed_attention<float>(Q, pos, ws.lkc, Vc, grid, K, V, cp, ws.lh, sel);
+        ws.lo += ws.lh;
+      }
+      if (sp.heads > 1) ws.lo *= 1.0f / static_cast<float>(sp.heads);
+    }
+    if (rope_ && shared_)  // the shared entry is the value: row i's output rotated back by −i
+      for (index_t i = 0; i < N; ++i) compress::apply_rope(ws.lo.row(i).data(), -static_cast<double>(i + 1), freq_);
+    if (shared_) {
+      S.middleRows(1, N) += ws.lo;
+    } else if (N > 1) {  // the values of rows 1 … N − 1 (the query row's value is never attended)
+      SV.middleRows(1, N - 1) += ws.lo.topRows(N - 1);
+    }
+  }
+
+ private:
+  /// Builds plan_ from m_.layers up to the read layer (validated by model_config::validate).
+  void plan_layers(std::uint64_t params_seed, index_t origin_shift) {
+    const auto names = m_.layer_names();
+    const std::size_t r = m_.read_index();
+    for (std::size_t l = 0; l <= r; ++l) {
+      const std::string& n = names[l];
+      layer_plan L;
+      const std::string at = "model.layers[" + std::to_string(l) + "]";
+      if (n == "op") {
+        L.type = layer_type::op;
+      } else if (n == "window") {
+        L.type = layer_type::window;
+        require(window_ >= 1, "window", window_, "a window layer in model.layers needs a raw window >= 1");
+      } else if (n == "full") {
+        L.type = layer_type::full;
+      } else {
+        L.type = layer_type::preset;
+        L.spec = compress::preset(n);
+        L.spec.rope = spec_.rope;  // one RoPE setting for the whole stack (the ablation switch)
+        L.spec.grid.origin -= origin_shift;
+        L.spec.validate();
+        require(L.spec.separate_kv == spec_.separate_kv, at, n,
+                std::string("must ") + (spec_.separate_kv ? "" : "not ") +
+                    "compress keys and values separately, as the sweep's operator does");
+        L.vspec = L.spec;
+        L.vspec.rope.anchor = compress::rope_anchor::none;
+        const std::uint64_t ls = rng::combine(params_seed, 0x1A7E0000ULL + l);
+        for (index_t h = 0; h < L.spec.heads; ++h) {
+          L.pk.push_back(make_for(L.spec, width_, h, ls));
+          require(L.pk.back().output_dim(L.spec, width_) == width_, at, n,
+                  "the general path needs a compressor that keeps the token width (" + std::to_string(width_) + ")");
+          if (!shared_) L.pv.push_back(make_for(L.vspec, dvp_, h, rng::combine(ls, 1)));
+        }
+      }
+      plan_.push_back(std::move(L));
+    }
+  }
+
  private:
   compress::pool_params<float> make(index_t width, index_t head, std::uint64_t seed) const {
     return make_for(spec_, width, head, seed);
@@ -385,6 +598,7 @@ class general_model {
   bool shared_ = true, rope_ = false;
   compress::rope_frequencies freq_{};
   std::vector<compress::pool_params<float>> pk_, pv_;
+  std::vector<layer_plan> plan_;  ///< layers up to the read layer (the last one is op)
   linear_model geo_{};
   mutable std::vector<double> table_;  ///< RoPE cos/sin per (position, pair): one model per thread
 };

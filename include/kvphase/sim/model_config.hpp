@@ -21,14 +21,25 @@
 /// identity, planted-early / -middle / -late (slot-bias profiles of strength params_strength), or
 /// file (params_file through compress::load_params_file).
 ///
+/// Layer schedule (`layers`, comma-separated; empty = one `op` layer): `op` (the sweep's operator
+/// and parameters, attended by `kind` above), `window` (the last `window` raw tokens only),
+/// `full` (causal attention over every earlier token), or an operator preset name (v4_hca or
+/// v4-hca, v4_csa, v41, nsa, paper_ref: that compressor, with the sweep's RoPE setting and its own
+/// parameters of the `params` kind, attended by a joint softmax with the raw window). Every layer
+/// before the read layer runs on all context tokens and the query (identity projections, residual
+/// stream: sim/general_model.hpp); the query's outcome is read at `read_layer` (1-based; 0 = the
+/// last `op` layer), which must be an `op` layer; layers after it cannot change it and are not run.
+///
 /// The default (compressed, no sink, random parameters) is the model of the exact engines; any
 /// other value needs the general key-space path (sweep_config::general()).
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kvphase/compress/params_kind.hpp"
 #include "kvphase/core/checked.hpp"
@@ -65,8 +76,35 @@ struct model_config {
   compress::params_kind params = compress::params_kind::random;
   double params_strength = 2.0; ///< κ of the planted slot-bias profiles
   std::string params_file{};    ///< params = file
+  std::string layers{};         ///< layer schedule (see the file comment); "" = one op layer
+  index_t read_layer = 0;       ///< 1-based layer the outcome is read at; 0 = the last op layer
 
   [[nodiscard]] bool is_default() const { return *this == model_config{}; }
+
+  /// The schedule's layer names (one `op` when `layers` is empty), presets spelled with '_'.
+  [[nodiscard]] std::vector<std::string> layer_names() const {
+    std::vector<std::string> out;
+    if (layers.empty()) return {"op"};
+    std::size_t a = 0;
+    while (a <= layers.size()) {
+      const std::size_t b = std::min(layers.find(',', a), layers.size());
+      std::string n = layers.substr(a, b - a);
+      for (char& c : n)
+        if (c == '-') c = '_';
+      out.push_back(std::move(n));
+      a = b + 1;
+    }
+    return out;
+  }
+  /// Index (0-based) of the layer the outcome is read at.
+  [[nodiscard]] std::size_t read_index() const {
+    const auto names = layer_names();
+    if (read_layer > 0) return static_cast<std::size_t>(read_layer - 1);
+    std::size_t r = names.size();
+    for (std::size_t l = 0; l < names.size(); ++l)
+      if (names[l] == "op") r = l;
+    return r;
+  }
 
   void validate() const {
     require(top_k >= 1 && top_k <= limits::max_tokens, "model.top_k", top_k, "must be in [1, 2^30]");
@@ -81,6 +119,25 @@ struct model_config {
             params_strength, "must be in [0, 100]");
     require(params == compress::params_kind::file || params_file.empty(), "model.params_file", params_file,
             "applies only to params file");
+    const auto names = layer_names();
+    require(names.size() <= 64, "model.layers", layers, "must list at most 64 layers");
+    for (const auto& n : names)
+      require(n == "op" || n == "window" || n == "full" || is_layer_preset(n), "model.layers", layers,
+              "layer '" + n + "' must be op, window, full or an operator preset (v4_csa, v4_hca, v41, nsa, paper_ref)");
+    require(read_layer >= 0 && read_layer <= static_cast<index_t>(names.size()), "model.read_layer", read_layer,
+            "must be in [0, " + std::to_string(names.size()) + "] (1-based layer; 0 = the last op layer)");
+    for (const auto& n : names)
+      require(params != compress::params_kind::file || !is_layer_preset(n), "model.layers", layers,
+              "a preset layer ('" + n + "') draws random, identity or planted parameters; params file sets the op layers only");
+    const std::size_t r = read_index();
+    require(r < names.size(), "model.layers", layers, "must contain an op layer (the sweep's operator) to read");
+    require(names[r] == "op", "model.read_layer", read_layer,
+            "must name an op layer (layer " + std::to_string(r + 1) + " is " + names[r] + ")");
+  }
+
+  /// Whether `n` names an operator preset a schedule may use.
+  [[nodiscard]] static bool is_layer_preset(std::string_view n) {
+    return n == "v4_csa" || n == "v4_hca" || n == "v41" || n == "nsa" || n == "paper_ref";
   }
 
   template <class V>
@@ -96,6 +153,8 @@ struct model_config {
     v("params", params);
     v("params_strength", params_strength);
     v("params_file", params_file);
+    v("layers", layers, fields::omit_default);
+    v("read_layer", read_layer, fields::omit_default);
   }
   friend std::ostream& operator<<(std::ostream& os, const model_config& m) { return fields::print(os, m, "model_config"); }
   friend bool operator==(const model_config& a, const model_config& b) { return fields::equal(a, b); }

@@ -120,7 +120,8 @@ class trial_runner final : public tasks::trial_env {
       // the model is built for the task's value width on first use (parameters drawn once)
       auto& gm = *active_general_;
       if (!gm || gm->value_dim() != value_dim)
-        gm.emplace(shifted_operator(c_.op, active_shift_), d, value_dim, c_.window, c_.model, c_.params_seed);
+        gm.emplace(shifted_operator(c_.op, active_shift_), d, value_dim, c_.window, c_.model, c_.params_seed,
+                   active_shift_);
       const general_model& g = *gm;
       g.begin(w.gen, st, N);
       for (const auto& r : spans)
