@@ -479,3 +479,43 @@ TEMPLATE_TEST_CASE("portable blocked kernel: a masked key never changes another 
     }
   });
 }
+
+TEMPLATE_TEST_CASE("softmax weights whose exponential would be subnormal are exactly 0 on every path",
+                   "[attention][kernels][subnormal]", float, double) {
+  // exp(a) for a < simd::exp_flush_below (min_exponent · ln 2) is subnormal: such a weight is 0.
+  // One key scores `gap` above the others and carries value 0; the others carry 1: the output is
+  // exactly 0 when their weights are flushed, and a subnormal number when they are not.
+  using Real = TestType;
+  const Real lim = simd::exp_flush_below<Real>;
+  {
+    std::vector<Real> x{0, lim - 1, lim + 1, Real(-1), -std::numeric_limits<Real>::infinity(), lim - 5, 0, lim + 2, lim - 1};
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      for (std::size_t n : {std::size_t(1), std::size_t(5), x.size()}) {
+        std::vector<Real> y(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+        simd::exp_shift_sum<Real, Arch>(y.data(), Real(0), static_cast<index_t>(n));
+        INFO("arch " << simd::arch_name<Arch>() << " n " << n);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (x[i] < lim) CHECK(y[i] == Real(0));
+          else CHECK(y[i] >= std::numeric_limits<Real>::min());
+        }
+      }
+    });
+  }
+  const Real gap = -lim * Real(1.05) + 5;  // logit of the best key minus the others'
+  for (index_t M : {1, 7, 64}) {
+    const index_t n = 64;
+    matrix_t<Real> Q = matrix_t<Real>::Constant(M, 1, Real(1)), K = matrix_t<Real>::Zero(n, 1),
+                   V = matrix_t<Real>::Ones(n, 2);
+    K(0, 0) = gap;
+    V(0, 0) = 0;
+    V(0, 1) = 0;
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      matrix_t<Real> O(M, 2);
+      att::full_attention<Real, Arch>(Q, K, V, att::attention_params{.scale = 1.0}, O);  // causal: all see key 0
+      INFO("arch " << simd::arch_name<Arch>() << " M " << M);
+      CHECK((O.array() == Real(0)).all());
+    });
+  }
+}

@@ -166,7 +166,8 @@ class online_softmax {
     const Real bm = simd::max_value<Real, Arch>(s, b);
     const Real m_new = std::max(m_, bm);
     if (m_new > m_) {
-      const Real alpha = std::exp(m_ - m_new);  // 0 when m_ = −∞
+      const Real shift = m_ - m_new;  // −∞ when m_ = −∞: alpha 0; subnormal alphas are 0 too
+      const Real alpha = shift < simd::exp_flush_below<Real> ? Real(0) : std::exp(shift);
       l_ *= alpha;
       simd::scale<Real, Arch>(alpha, acc_.data(), dv_);
       m_ = m_new;

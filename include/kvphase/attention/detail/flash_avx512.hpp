@@ -32,6 +32,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
 #if defined(__AVX512F__)
@@ -65,11 +66,13 @@ inline constexpr index_t flash_kb = 128;  // keys per block
 /// 2^x for 16 lanes, x ≤ 128: x = n + f with n = round(x), f ∈ [−½, ½] exact; 2^f by a degree-6
 /// minimax polynomial (relative error 1.9e-9 in exact arithmetic; as evaluated in float at most
 /// 1.34 u = 8.0e-8 for normal results, checked over every float f ∈ [−½, ½]); vscalefps multiplies
-/// by 2^n, results below half the smallest subnormal becoming exactly 0. Clamp = true also accepts
-/// −∞ (and anything below −200), giving exactly 0; without it the argument must be finite.
+/// by 2^n. Arguments below −125 give exactly 0 (simd::exp2_flush_below: the result would be
+/// subnormal, and subnormal weights make the P·V multiply-adds take microcode assists). Clamp =
+/// true also accepts −∞ (and anything below −200); without it the argument must be finite.
 template <bool Clamp>
 inline __m512 exp2_ps(__m512 x) noexcept {
   if constexpr (Clamp) x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(simd::exp2_flush_below<float>), _CMP_GE_OQ);
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.534581243e-04f);
@@ -79,7 +82,7 @@ inline __m512 exp2_ps(__m512 x) noexcept {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264625e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 /// S[r][0:32] = Σ_c rows[r][c] · Qt[c][0:32] for 8 key rows, read in place (row-major K):

@@ -158,11 +158,14 @@ template <class Real, class Arch>
     mx1 = xsimd::max(mx1, B::load_aligned(S + j * QB + L));
   }
   const B mu0 = xsimd::select(mx0 == ninf, zero, mx0), mu1 = xsimd::select(mx1 == ninf, zero, mx1);
-  const B al0 = xsimd::exp2(mo0 - mu0), al1 = xsimd::exp2(mo1 - mu1);
+  // weights whose exp2 would be subnormal are exactly 0 (simd::exp2_flush_below)
+  const B lo(simd::exp2_flush_below<Real>);
+  auto ex2 = [&](B a) { return xsimd::select(a < lo, zero, xsimd::exp2(a)); };
+  const B al0 = ex2(mo0 - mu0), al1 = ex2(mo1 - mu1);
   B s0 = B::load_aligned(l) * al0, s1 = B::load_aligned(l + L) * al1;
   for (index_t j = 0; j < nb; ++j) {
-    const B e0 = xsimd::exp2(B::load_aligned(S + j * QB) - mu0);
-    const B e1 = xsimd::exp2(B::load_aligned(S + j * QB + L) - mu1);
+    const B e0 = ex2(B::load_aligned(S + j * QB) - mu0);
+    const B e1 = ex2(B::load_aligned(S + j * QB + L) - mu1);
     e0.store_aligned(S + j * QB);
     e1.store_aligned(S + j * QB + L);
     s0 += e0;
