@@ -52,6 +52,8 @@ struct cli_options : kvphase::cli::operator_flags {
   std::optional<index_t> topk, select_blocks, select_block;
   std::vector<double> gates;
   bool sink = false;
+  std::string layers;
+  std::optional<index_t> read_layer;
   std::string params = "random";
   std::optional<double> params_strength;
   std::string params_file;
@@ -111,6 +113,8 @@ sim::sweep_config make_config(const cli_options& o) {
                    "select-blocks", o.select_blocks.value_or(o.select_block.value_or(0)),
                    "--select-blocks, --select-block and --gates apply only to --model nsa");
   c.model.sink = o.sink;
+  c.model.layers = o.layers;
+  if (o.read_layer) c.model.read_layer = *o.read_layer;
   kvphase::compress::parse(o.params, c.model.params);
   if (o.params_strength) c.model.params_strength = *o.params_strength;
   c.model.params_file = o.params_file;
@@ -188,6 +192,10 @@ int main(int argc, char** argv) {
   opt_int("--select-block", o.select_block, 1, big, "NSA selection block size in tokens (default 64)");
   cl::add_reals(app, "--gates", o.gates, 0, 1, "NSA branch gates cmp,slc,win (default 1/3 each)");
   app.add_flag("--sink", o.sink, "a sink of logit 0 in every softmax (DeepSeek-V4)");
+  app.add_option("--layers", o.layers,
+                 "layer schedule, comma-separated: op (the operator and --model), window, full, or an operator preset "
+                 "(v4-hca, v4-csa, v41, nsa, paper-ref); e.g. window,window,op,v4-hca,op (docs/sim.md)");
+  opt_int("--read-layer", o.read_layer, 0, 64, "1-based layer of --layers whose outcome is read (an op layer; default: the last op)");
   app.add_option("--params", o.params,
                  "compressor parameters: random, identity, planted-early, planted-middle, planted-late, file")
       ->check(CLI::IsMember({"random", "identity", "planted-early", "planted-middle", "planted-late", "file"}))

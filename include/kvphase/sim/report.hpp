@@ -85,6 +85,10 @@ struct output_options {
     cols.emplace_back("params", compress::to_string(c.model.params));
     if (c.model.kind == model_kind::csa) cols.emplace_back("top_k", num(c.model.top_k));
     if (c.model.kind == model_kind::nsa) cols.emplace_back("select_blocks", num(c.model.select_blocks));
+    if (!c.model.layers.empty()) {  // a layer schedule: the layers and the layer read
+      cols.emplace_back("layers", c.model.layers);
+      cols.emplace_back("read_layer", num(static_cast<index_t>(c.model.read_index() + 1)));
+    }
   }
   return cols;
 }
