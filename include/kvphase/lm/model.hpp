@@ -18,6 +18,10 @@
 /// H query heads of width c. RoPE rotates adjacent pairs of the last rope_dim channels
 /// (compress/position.hpp); queries at t, raw keys at their position, entries at their anchor;
 /// the attention output is rotated back by −t. NoPE (rope = false): no rotation anywhere.
+/// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
+/// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
+/// `offsets`), a causal low-pass of the compressor's input (`blur`, detail::causal_blur) and the
+/// gate entropy of the last forward (compressor_impl::track_entropy) for a loss term.
 ///
 /// Parameter names follow the Hugging Face deepseek_v4 layout read by compress/checkpoint.hpp
 /// (model.layers.L.self_attn.compressor.{kv_proj.weight, gate_proj.weight, position_bias,
