@@ -75,12 +75,13 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     index_t origin = 0;  // grid origin φ0 (shifted grids)
     bool blur = false;   // compress:: pools the blurred rows (double reference)
   };
-  for (const setting st : {setting{lm::layer_kind::csa, 8, 4, true}, setting{lm::layer_kind::csa, 4, 2, false},
-                           setting{lm::layer_kind::gated, 8, 2, true}, setting{lm::layer_kind::gated, 4, 4, true},
-                           setting{lm::layer_kind::uniform, 8, 4, true}, setting{lm::layer_kind::gated, 4, 4, true, 1},
-                           setting{lm::layer_kind::gated, 4, 4, true, 3}, setting{lm::layer_kind::csa, 8, 4, true, 2},
-                           setting{lm::layer_kind::uniform, 8, 4, true, 2}, setting{lm::layer_kind::gated, 4, 4, true, 0, true},
-                           setting{lm::layer_kind::csa, 8, 4, true, 1, true}}) {
+  for (const setting st :
+       {setting{lm::layer_kind::csa, 8, 4, true}, setting{lm::layer_kind::csa, 4, 2, false},
+        setting{lm::layer_kind::gated, 8, 2, true}, setting{lm::layer_kind::gated, 4, 4, true},
+        setting{lm::layer_kind::uniform, 8, 4, true}, setting{lm::layer_kind::gated, 4, 4, true, 1},
+        setting{lm::layer_kind::gated, 4, 4, true, 3}, setting{lm::layer_kind::csa, 8, 4, true, 2},
+        setting{lm::layer_kind::uniform, 8, 4, true, 2}, setting{lm::layer_kind::gated, 4, 4, true, 0, true},
+        setting{lm::layer_kind::csa, 8, 4, true, 1, true}}) {
     lm::model_config cfg;
     cfg.d_model = 48;
     cfg.head_dim = 16;
@@ -238,9 +239,9 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
     const char* sched;
     bool shift = false, blur = false, offsets = false;
   };
-  for (const setting st : {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"},
-                           setting{"gated,gated", true}, setting{"gated,csa", false, true},
-                           setting{"gated,gated", false, false, true}}) {
+  for (const setting st :
+       {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"}, setting{"gated,gated", true},
+        setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true}}) {
     lm::model_config cfg;
     cfg.schedule = st.sched;
     cfg.shift_layers = st.shift;

@@ -211,7 +211,8 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     const auto first = static_cast<std::uint64_t>(step * tc.batch);
     torch::Tensor offsets;
     if (tc.random_origin) offsets = origin_offsets(seed, first, tc.batch, mc.stride);
-    auto ce = torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens, -1, -1, offsets), b), b.target);
+    auto ce =
+        torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens, -1, -1, offsets), b), b.target);
     auto loss = ce;
     if (!tracked.empty()) {
       auto ne = tracked.front()->neg_entropy;
