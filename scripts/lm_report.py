@@ -2,6 +2,7 @@
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
     scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--drop G,G,...]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
 optionally lm_ablation.csv). Prints, as Markdown:
@@ -28,6 +29,17 @@ queries and at all the others.
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
 of each compressed layer over training, first run with profiles), lm_ablation.png (recall drop
 per knocked-out head or layer by key position mod 8, first run with lm_ablation.csv).
+--mitigation: instead of the tables above, the mitigation comparison. Phase = key position mod
+P (--phase-mod, default 4 = the stride of the mitigation presets). Per run: whether it learned
+(eval loss + 5 standard errors below ln(values), the loss of a model that ignores the context),
+its eval-loss curve (lm_history.csv), mean recall [95 % Wilson], the worst phase with its recall
+[95 % Wilson], the gap max - min phase recall with a 95 % parametric-bootstrap percentile
+interval (hits per phase redrawn from Binomial(n, observed recall), B draws, seed 1; the
+observed gap of equal true recalls is > 0, so the lower end is the informative one), and X2(P) p
+(unequal recall over the P phases, permutation). Per preset: the mean over seeds of the mean
+recall, worst-phase recall and gap with 95 % t intervals over seeds, and the same three on the
+counts pooled over seeds (X2(P) p with labels permuted within each seed). A run that did not
+learn is listed with its curve and left out of the per-preset rows.
 Needs numpy; matplotlib only for --figs (re-runs under /usr/bin/python3 when needed).
 """
 import json
@@ -104,6 +116,7 @@ def load_run(d):
         key = (r["preset"], str(r["seed"]))
         runs.append({
             "dir": d, "preset": r["preset"], "seed": int(r["seed"]), "summary": r,
+            "values": int(summary["provenance"]["config"]["data"]["values"]),
             "model": r["model"],
             "phase": [x for x in phase if (x["preset"], x["seed"]) == key],
             "history": [x for x in hist if (x["preset"], x["seed"]) == key],
@@ -224,6 +237,109 @@ def ablation_tables(runs, B):
             print(f"| {name} | {sum(h) / sum(t):.3f} | {per} | {'-' if worst is None else f'{worst} ({drops[worst]:.3f})'} | {pS} |")
 
 
+T_Q = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
+
+
+def t_interval(v):
+    m = sum(v) / len(v)
+    if len(v) < 2:
+        return m, "-"
+    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+    w = T_Q.get(len(v) - 1, 1.96) * sd / math.sqrt(len(v))
+    return m, f"[{max(0.0, m - w):.4f}, {min(1.0, m + w):.4f}]"
+
+
+def gap_interval(h, t, B, seed=1):
+    """95 % parametric-bootstrap percentile interval of max - min recall over the classes."""
+    import numpy as np
+    h, t = np.asarray(h, dtype=np.int64), np.asarray(t, dtype=np.int64)
+    keep = t > 0
+    h, t = h[keep], t[keep]
+    rng = np.random.default_rng(seed)
+    r = rng.binomial(t, h / t, size=(B, len(t))) / t
+    g = r.max(axis=1) - r.min(axis=1)
+    return float(np.quantile(g, 0.025)), float(np.quantile(g, 0.975))
+
+
+def phase_stats(h, t, P, B):
+    """Fold per-group counts mod P: (hits, trials, mean, worst class, gap, gap interval)."""
+    hp = [sum(h[c::P]) for c in range(P)]
+    tp = [sum(t[c::P]) for c in range(P)]
+    rec = [a / b if b else float("nan") for a, b in zip(hp, tp)]
+    have = [c for c in range(P) if tp[c] > 0]
+    worst = min(have, key=lambda c: rec[c])
+    best = max(have, key=lambda c: rec[c])
+    return hp, tp, sum(hp) / sum(tp), worst, rec[best] - rec[worst], gap_interval(hp, tp, B)
+
+
+def learned(r):
+    """eval loss + 5 SE below ln(values) (a model that ignores the context)."""
+    s = r["summary"]
+    values = r["values"]
+    return s["eval_loss"] + 5.0 * s.get("eval_loss_se", 0.0) < math.log(values), math.log(values)
+
+
+def mitigation_tables(runs, B, P, drop=()):
+    print(f"Phase = key position mod {P}." + (f" Without key-position groups {','.join(map(str, drop))}." if drop else ""))
+    print()
+    print(f"| preset | seed | learned | eval loss by step | mean recall [95 % Wilson] | worst phase: recall [95 % Wilson] | "
+          f"gap max - min [95 % bootstrap] | X2({P}) p | recall per phase (mod {P}) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    by_preset = {}
+    for r in runs:
+        s = r["summary"]
+        h, t = list(s["hits"]), list(s["trials"])
+        if len(t) % P:
+            print(f"| {r['preset']} | {r['seed']} | modulus {len(t)} not divisible by {P}: skipped |||||||")
+            continue
+        for g in drop:
+            if g < len(t):
+                h[g], t[g] = 0, 0
+        ok, bound = learned(r)
+        curve = {}
+        for x in r["history"]:
+            curve.setdefault(int(x["step"]), float(x["eval_loss"]))
+        cv = " ".join(f"{k}:{v:.3f}" for k, v in sorted(curve.items()))
+        hp, tp, mean, worst, gap, (glo, ghi) = phase_stats(h, t, P, B)
+        lo, hi = wilson(sum(hp), sum(tp))
+        wl, wh = wilson(hp[worst], tp[worst])
+        nt = nested_tests(h, t, B) if P in (2, 4, 8, 16) else {}
+        xp = fmt_p(nt[P][1]) if P in nt else "-"
+        per = " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))
+        lab = "yes" if ok else f"**no** (eval loss {s['eval_loss']:.3f} vs ln(values) = {bound:.3f})"
+        print(f"| {r['preset']} | {r['seed']} | {lab} | {cv} | {mean:.4f} [{lo:.4f}, {hi:.4f}] | "
+              f"{worst}: {hp[worst] / tp[worst]:.4f} [{wl:.4f}, {wh:.4f}] | {gap:.4f} [{glo:.4f}, {ghi:.4f}] | {xp} | {per} |")
+        if ok:
+            by_preset.setdefault(r["preset"], []).append((mean, hp[worst] / tp[worst], gap, h, t))
+    print()
+    print(f"| preset | seeds | mean recall: mean over seeds [95 % t] | worst-phase recall: mean [95 % t] | "
+          f"gap: mean [95 % t] | pooled mean recall [95 % Wilson] | pooled worst phase: recall [95 % Wilson] | "
+          f"pooled gap [95 % bootstrap] | pooled X2({P}) p | pooled recall per phase (mod {P}) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for p, rows in by_preset.items():
+        cells = []
+        for i in range(3):
+            m, ci = t_interval([x[i] for x in rows])
+            cells.append(f"{m:.4f} {ci}")
+        M = len(rows[0][4])
+        same = all(len(x[4]) == M for x in rows)
+        if same:
+            H = [sum(x[3][g] for x in rows) for g in range(M)]
+            T = [sum(x[4][g] for x in rows) for g in range(M)]
+            hp, tp, mean, worst, gap, (glo, ghi) = phase_stats(H, T, P, B)
+            lo, hi = wilson(sum(hp), sum(tp))
+            wl, wh = wilson(hp[worst], tp[worst])
+            strata = [(x[3], x[4]) for x in rows]
+            nt = nested_tests(H, T, B, strata=strata) if P in (2, 4, 8, 16) and M % P == 0 else {}
+            xp = fmt_p(nt[P][1]) if P in nt else "-"
+            per = " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))
+            pooled = (f"{mean:.4f} [{lo:.4f}, {hi:.4f}] | {worst}: {hp[worst] / tp[worst]:.4f} [{wl:.4f}, {wh:.4f}] | "
+                      f"{gap:.4f} [{glo:.4f}, {ghi:.4f}] | {xp} | {per}")
+        else:
+            pooled = " | ".join(["runs with different moduli"] + ["-"] * 4)
+        print(f"| {p} | {len(rows)} | {' | '.join(cells)} | {pooled} |")
+
+
 def figures(runs, figs):
     if not have_matplotlib():
         print("lm_report.py: matplotlib not available; no figures written", file=sys.stderr)
@@ -331,12 +447,23 @@ def main(argv):
         del args[i:i + 2]
     if "--edges" in args:
         args.remove("--edges")
+    mitigation, P = False, 4
+    if "--mitigation" in args:
+        args.remove("--mitigation")
+        mitigation = True
+    if "--phase-mod" in args:
+        i = args.index("--phase-mod")
+        P = int(args[i + 1])
+        del args[i:i + 2]
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
     runs = []
     for d in args:
         runs.extend(load_run(d))
+    if mitigation:
+        mitigation_tables(runs, B, P, drop)
+        return 0
     tables(runs, B, drop)
     if "--edges" in argv:
         edge_table(runs)

@@ -7,6 +7,12 @@
 // gated-s2 / gated-s4 / gated-s8 (channel-gated pool, W = 8, S = 2, 4, 8), nope (csa without
 // RoPE), uniform (mean pool on the CSA grid). Every preset shares the data, the optimiser, the
 // width and the depth; only the attention differs.
+// Mitigations at matched cache memory (one entry per S = 4 tokens and layer, as their baseline):
+// hca-s4 (channel-gated pool W = S = 4, the unmitigated baseline), overlap (W = 2S = 8, the
+// gated-s4 model), shifted (layer l's grid origin ⌊l·S/L⌋), random-offset (grid origin drawn per
+// training sequence in [0, S), evaluated at origin 0), blur (causal [1, 2, 1]/4 low-pass of the
+// compressor's input), gate-entropy (hca-s4 plus λ · the mean negative gate entropy in the
+// loss, λ = --gate-entropy).
 //
 // Writes to --out: lm_phase.csv (recall per phase group with Wilson intervals), lm_history.csv
 // (loss, recall and gate slot profiles over training), lm_ablation.csv (recall per phase with
@@ -41,8 +47,21 @@ using namespace kvphase;
 
 namespace {
 
-lm::model_config preset(const std::string& name, const lm::model_config& base) {
-  lm::model_config m = base;
+/// A preset: the model and the training options that differ between presets.
+struct preset_config {
+  lm::model_config model;
+  bool random_origin = false;
+  double gate_entropy = 0.0;
+};
+
+const char* const preset_list =
+    "csa, full, nope, uniform, gated-s2, gated-s4, gated-s8, hca-s4, overlap, shifted, random-offset, blur or "
+    "gate-entropy";
+
+preset_config preset(const std::string& name, const lm::model_config& base, double gate_entropy) {
+  preset_config out;
+  lm::model_config& m = out.model;
+  m = base;
   const index_t L = static_cast<index_t>(base.layers().size());
   auto all = [&](const char* k) {
     std::string s;
@@ -59,16 +78,29 @@ lm::model_config preset(const std::string& name, const lm::model_config& base) {
     m.schedule = all("uniform"), m.window = 8, m.stride = 4;
   } else if (name == "gated-s2" || name == "gated-s4" || name == "gated-s8") {
     m.schedule = all("gated"), m.window = 8, m.stride = name.back() - '0';
+  } else if (name == "overlap") {
+    out = preset("gated-s4", base, gate_entropy);  // W = 2S = 8 at S = 4: the gated-s4 model
+  } else if (name == "hca-s4" || name == "shifted" || name == "random-offset" || name == "blur" ||
+             name == "gate-entropy") {
+    m.schedule = all("gated"), m.window = 4, m.stride = 4;  // HCA: W = S = 4
+    m.shift_layers = name == "shifted";
+    m.blur = name == "blur";
+    out.random_origin = name == "random-offset";
+    if (name == "gate-entropy") {
+      require(gate_entropy > 0.0, "gate-entropy", gate_entropy, "must be > 0 for the gate-entropy preset");
+      out.gate_entropy = gate_entropy;
+    }
   } else {
-    fail("preset", name, "must be csa, full, nope, uniform, gated-s2, gated-s4 or gated-s8");
+    fail("preset", name, std::string("must be ") + preset_list);
   }
-  return m;
+  return out;
 }
 
 struct run_record {
   std::string preset;
   std::uint64_t seed = 0;
   lm::model_config model;
+  lm::train_config train;
   lm::train_result r;
   stats::periodicity_result period;
   stats::test_result uniform;
@@ -84,10 +116,13 @@ int main(int argc, char** argv) {
     std::uint64_t seed = 1;
     index_t seeds = 1, layers = 2;
     bool ablate = false, quiet = false;
+    double gate_entropy = 0.1;
     lm::model_config base;
     lm::data_config data;
     lm::train_config tc;
-    app.add_option("--preset", presets, "comma-separated presets: csa full nope uniform gated-s2 gated-s4 gated-s8")
+    app.add_option("--preset", presets,
+                   "comma-separated presets: csa full nope uniform gated-s2 gated-s4 gated-s8 hca-s4 overlap shifted "
+                   "random-offset blur gate-entropy")
         ->capture_default_str();
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");
     cli::add_int(app, "--seeds", seeds, 1, 64, "seeds per preset");
@@ -110,6 +145,8 @@ int main(int argc, char** argv) {
     cli::add_int(app, "--eval-every", tc.eval_every, 0, 10000000, "steps between snapshots");
     cli::add_int(app, "--eval", tc.eval_sequences, 1, 1 << 24, "evaluation sequences");
     cli::add_int(app, "--threads", tc.threads, 1, 1024, "torch threads");
+    cli::add_real(app, "--gate-entropy", gate_entropy, 0.0, 100.0,
+                  "λ of the gate-entropy preset: loss + λ · mean negative gate entropy");
     app.add_flag("--ablate", ablate, "knock out each head and layer and evaluate again");
     app.add_flag("--quiet", quiet, "no progress line");
     app.add_option("--out", out, "output directory")->capture_default_str();
@@ -128,7 +165,14 @@ int main(int argc, char** argv) {
       for (std::string p; std::getline(ss, p, ',');) names.push_back(p);
     }
     require(!names.empty(), "preset", presets, "must name at least one preset");
-    for (const auto& n : names) preset(n, base).validate();
+    for (const auto& n : names) {
+      const auto pc = preset(n, base, gate_entropy);
+      pc.model.validate();
+      lm::train_config t = tc;
+      t.random_origin = pc.random_origin;
+      t.gate_entropy = pc.gate_entropy;
+      t.validate();
+    }
 
     const double peak = bench::fma_peak_gflops_per_cpu_second<float>(tc.threads);
     std::vector<run_record> runs;
@@ -140,9 +184,13 @@ int main(int argc, char** argv) {
         run_record rec;
         rec.preset = n;
         rec.seed = seed + static_cast<std::uint64_t>(k);
-        rec.model = preset(n, base);
+        const auto pc = preset(n, base, gate_entropy);
+        rec.model = pc.model;
+        rec.train = tc;
+        rec.train.random_origin = pc.random_origin;
+        rec.train.gate_entropy = pc.gate_entropy;
         lm::lm model(nullptr);
-        rec.r = lm::train(rec.model, data, tc, rec.seed, [&](index_t s, index_t, double) {
+        rec.r = lm::train(rec.model, data, rec.train, rec.seed, [&](index_t s, index_t, double) {
           if (!quiet) progress.update(done + s, total);
         }, &model);
         done += tc.steps;
@@ -170,6 +218,16 @@ int main(int argc, char** argv) {
     cfg["model"] = io::fields_to_json(base);
     cfg["data"] = io::fields_to_json(data);
     cfg["train"] = io::fields_to_json(tc);
+    cfg["gate_entropy"] = gate_entropy;
+    // every preset's own field lists (model and training), so a row's preset names its config
+    for (const auto& n : names) {
+      const auto pc = preset(n, base, gate_entropy);
+      lm::train_config t = tc;
+      t.random_origin = pc.random_origin;
+      t.gate_entropy = pc.gate_entropy;
+      cfg["preset_config"][n]["model"] = io::fields_to_json(pc.model);
+      cfg["preset_config"][n]["train"] = io::fields_to_json(t);
+    }
     const io::provenance prov = io::make_provenance(cfg, seed, tc.threads, argc, argv);
     const std::string header = io::to_csv_comment(prov);
     // a recall over no queries is NaN (lm::phase_counts): an empty cell, never a number
@@ -236,7 +294,7 @@ int main(int argc, char** argv) {
     js["provenance"] = io::to_json(prov);
     js["fma_peak_gflops_per_cpu_second"] = peak;
     js["runs"] = nlohmann::json::array();
-    std::cout << "preset    seed  mean_recall  eval_loss  period_p  uniformity_p  tok/s/core  roofline  recall by group\n";
+    std::cout << "preset        seed  mean_recall  eval_loss  period_p  uniformity_p  tok/s/core  roofline  recall by group\n";
     for (const auto& r : runs) {
       const double tps = r.r.tokens / std::max(r.r.cpu_seconds, 1e-9);
       // forward + backward ≈ 3 × forward multiply-adds, 2 FLOP each
@@ -245,6 +303,7 @@ int main(int argc, char** argv) {
       j["preset"] = r.preset;
       j["seed"] = r.seed;
       j["model"] = io::fields_to_json(r.model);
+      j["train"] = io::fields_to_json(r.train);
       j["mean_recall"] = r.r.eval.mean_recall();
       j["eval_loss"] = r.r.eval.mean_loss();
       j["eval_loss_se"] = r.r.eval.loss_se();
@@ -260,7 +319,7 @@ int main(int argc, char** argv) {
       j["gflops_per_cpu_second"] = gflops;
       j["roofline_fraction"] = gflops / peak;
       js["runs"].push_back(j);
-      std::cout << std::left << std::setw(9) << r.preset << " " << std::setw(5) << r.seed << " " << fx(r.r.eval.mean_recall(), 3)
+      std::cout << std::left << std::setw(13) << r.preset << " " << std::setw(5) << r.seed << " " << fx(r.r.eval.mean_recall(), 3)
                 << "        " << fx(r.r.eval.mean_loss(), 3) << "      " << (r.period.period ? fx(r.period.p, 4) : "  -   ")
                 << "    " << fx(r.uniform.p, 4) << "        " << fx(tps, 0) << "       " << fx(gflops / peak, 3) << "    ";
       for (index_t g = 0; g < data.modulus; ++g) {

@@ -22,6 +22,47 @@ namespace {
 matrix_t<float> rows_of(const torch::Tensor& t) {  // [1, N, c] → N × c
   return lm::detail::to_matrix(t.squeeze(0));
 }
+
+// The causal [1, 2, 1]/4 low-pass of lm::detail::causal_blur in double: y_t = (x_{t−2} +
+// 2·x_{t−1} + x_t) / (sum of the taps that exist).
+torch::Tensor blur_reference(const torch::Tensor& x) {
+  auto xd = x.to(torch::kFloat64).contiguous();
+  auto y = torch::zeros_like(xd);
+  const index_t B = xd.size(0), T = xd.size(1), D = xd.size(2);
+  auto a = xd.accessor<double, 3>();
+  auto o = y.accessor<double, 3>();
+  const double w[3] = {1.0, 2.0, 1.0};  // taps at t − 2, t − 1, t
+  for (index_t b = 0; b < B; ++b)
+    for (index_t t = 0; t < T; ++t) {
+      double n = 0.0;
+      for (index_t k = 0; k < 3; ++k)
+        if (t - 2 + k >= 0) n += w[k];
+      for (index_t d = 0; d < D; ++d) {
+        double v = 0.0;
+        for (index_t k = 0; k < 3; ++k)
+          if (t - 2 + k >= 0) v += w[k] * a[b][t - 2 + k][d];
+        o[b][t][d] = v / n;
+      }
+    }
+  return y;
+}
+
+// Largest |torch − compress::| allowed for one compressor's entries (see the first test case):
+// 2·γ_n·(1 + max|logit|)·max|out|·√c, with n = D + 2W + c + 4 (+ 3 for the blur's two adds
+// and one division before the projection).
+double compressor_tolerance(lm::compressor& comp, const torch::Tensor& x, const matrix_t<float>& want) {
+  const auto& cfg = comp->cfg;
+  const double u = std::ldexp(1.0, -24);
+  const double n = static_cast<double>(cfg.d_model + 2 * cfg.window + cfg.head_dim + 4 + (cfg.blur ? 3 : 0));
+  const double gamma = n * u / (1.0 - n * u);
+  double zmax = 0.0;
+  if (comp->gate_proj) {
+    const auto xb = cfg.blur ? lm::detail::causal_blur(x) : x;
+    zmax = comp->gate_proj->forward(xb).abs().max().item<double>() + comp->position_bias.abs().max().item<double>();
+  }
+  const double omax = std::max<double>(want.size() ? want.cwiseAbs().maxCoeff() : 0.0, 1.0);
+  return 2.0 * gamma * (1.0 + zmax) * omax * std::sqrt(static_cast<double>(cfg.head_dim));
+}
 }  // namespace
 
 TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
@@ -31,10 +72,16 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     lm::layer_kind kind;
     index_t W, S;
     bool rope;
+    index_t origin = 0;  // grid origin φ0 (shifted grids)
+    bool blur = false;   // compress:: pools the blurred rows (double reference)
   };
-  for (const setting st : {setting{lm::layer_kind::csa, 8, 4, true}, setting{lm::layer_kind::csa, 4, 2, false},
-                           setting{lm::layer_kind::gated, 8, 2, true}, setting{lm::layer_kind::gated, 4, 4, true},
-                           setting{lm::layer_kind::uniform, 8, 4, true}}) {
+  for (const setting st :
+       {setting{lm::layer_kind::csa, 8, 4, true}, setting{lm::layer_kind::csa, 4, 2, false},
+        setting{lm::layer_kind::gated, 8, 2, true}, setting{lm::layer_kind::gated, 4, 4, true},
+        setting{lm::layer_kind::uniform, 8, 4, true}, setting{lm::layer_kind::gated, 4, 4, true, 1},
+        setting{lm::layer_kind::gated, 4, 4, true, 3}, setting{lm::layer_kind::csa, 8, 4, true, 2},
+        setting{lm::layer_kind::uniform, 8, 4, true, 2}, setting{lm::layer_kind::gated, 4, 4, true, 0, true},
+        setting{lm::layer_kind::csa, 8, 4, true, 1, true}}) {
     lm::model_config cfg;
     cfg.d_model = 48;
     cfg.head_dim = 16;
@@ -42,6 +89,8 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     cfg.window = st.W;
     cfg.stride = st.S;
     cfg.rope = st.rope;
+    cfg.origin = st.origin;
+    cfg.blur = st.blur;
     cfg.schedule = lm::to_string(st.kind);
     lm::compressor comp(cfg, st.kind);
     // non-trivial gates, slot bias and norm weight
@@ -52,13 +101,18 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     auto x = torch::randn({1, N, cfg.d_model});
     auto got = rows_of(comp->forward(x));
     const auto spec = cfg.layer_spec(st.kind);
+    REQUIRE(spec.grid.origin == st.origin);
     const auto p = comp->params();
-    matrix_t<float> xin = st.kind == lm::layer_kind::uniform ? rows_of(comp->kv_proj->forward(x)) : rows_of(x);
+    // blur: compress:: pools the rows low-passed in double (rounded once to float)
+    const auto xs = st.blur ? blur_reference(x).to(torch::kFloat32) : x;
+    matrix_t<float> xin = st.kind == lm::layer_kind::uniform ? rows_of(comp->kv_proj->forward(xs)) : rows_of(xs);
     const auto want = compress::compress<float>(spec, p, xin);
-    INFO(lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " rope=" << st.rope);
+    INFO(lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " rope=" << st.rope << " origin=" << st.origin
+                                << " blur=" << st.blur);
     REQUIRE(got.rows() == want.rows());
     REQUIRE(got.cols() == want.cols());
-    REQUIRE(got.rows() == N / st.S);
+    REQUIRE(got.rows() == spec.grid.num_entries(N));
+    if (st.origin == 0) REQUIRE(got.rows() == N / st.S);
     // Tolerance: each output value is reached through one projection of length D, a softmax
     // and a pool over W slots, an RMSNorm over c channels and a rotation (4 roundings); each
     // implementation's error is within γ_n = n·u/(1 − n·u) of the magnitudes involved (Higham,
@@ -66,18 +120,81 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     // softmax weight by at most |δ| relative, so the pooled value's error gains a factor
     // (1 + max|logit|); the RMSNorm scales by 1/rms and the weight, bounded by max|out|.
     const double u = std::ldexp(1.0, -24);
-    const double n = static_cast<double>(cfg.d_model + 2 * st.W + cfg.head_dim + 4);
-    const double gamma = n * u / (1.0 - n * u);
-    double zmax = 0.0;
-    if (comp->gate_proj) zmax = comp->gate_proj->forward(x).abs().max().item<double>() +
-                                comp->position_bias.abs().max().item<double>();
-    const double omax = std::max<double>(want.cwiseAbs().maxCoeff(), 1.0);
-    const double tol = 2.0 * gamma * (1.0 + zmax) * omax * std::sqrt(static_cast<double>(cfg.head_dim));
+    // With the blur the reference rows differ from torch's float blur by the blur's own
+    // roundings (two adds and a division, ≤ 3u relative): 3 more in n (compressor_tolerance).
+    const double tol = compressor_tolerance(comp, x, want);
     const double err = (got - want).cwiseAbs().maxCoeff();
     INFO("max |torch - compress::| = " << err << ", tolerance " << tol);
-    std::cout << lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " err " << err << " tol " << tol << "\n";
+    std::cout << lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " origin=" << st.origin
+              << " blur=" << st.blur << " err " << err << " tol " << tol << "\n";
     REQUIRE(err <= tol);
   }
+}
+
+TEST_CASE("lm per-sequence grid offsets equal compress:: at each sequence's origin", "[lm]") {
+  // random-offset training: sequence b's grid origin is (origin + offsets[b]) mod S. Each row's
+  // existing entries must equal compress:: at that origin; the padding entries of rows with
+  // fewer entries are never visible (last source beyond every query).
+  torch::manual_seed(5);
+  torch::NoGradGuard ng;
+  for (const auto kind : {lm::layer_kind::gated, lm::layer_kind::csa}) {
+    lm::model_config cfg;
+    cfg.d_model = 24;
+    cfg.head_dim = 8;
+    cfg.rope_dim = 4;
+    cfg.stride = 4;
+    cfg.window = kind == lm::layer_kind::csa ? 8 : 4;
+    cfg.origin = 1;
+    cfg.schedule = lm::to_string(kind);
+    lm::compressor comp(cfg, kind);
+    comp->position_bias.normal_(0.0, 1.0);
+    comp->gate_proj->weight.mul_(3.0);
+    const index_t N = 30, B = 4;
+    auto x = torch::randn({B, N, cfg.d_model});
+    auto off = torch::tensor(std::vector<std::int64_t>{0, 1, 2, 3}, torch::kLong);
+    const auto L = comp->layout(N, off);
+    auto got = comp->pool(x, L);
+    for (index_t b = 0; b < B; ++b) {
+      auto spec = cfg.layer_spec(kind);
+      spec.grid.origin = (cfg.origin + b) % cfg.stride;
+      const index_t E = spec.grid.num_entries(N);
+      const auto want = compress::compress<float>(spec, comp->params(), rows_of(x.narrow(0, b, 1)));
+      REQUIRE(want.rows() == E);
+      const auto g = rows_of(got.narrow(0, b, 1).narrow(1, 0, E));
+      const double tol = compressor_tolerance(comp, x.narrow(0, b, 1), want);
+      const double err = (g - want).cwiseAbs().maxCoeff();
+      INFO(lm::to_string(kind) << " row " << b << " origin " << spec.grid.origin << ": err " << err << ", tol " << tol);
+      REQUIRE(err <= tol);
+      for (index_t e = E; e < got.size(1); ++e) REQUIRE(L.last[b][e].item<std::int64_t>() >= N);
+    }
+  }
+}
+
+TEST_CASE("lm causal blur equals a double reference; gate entropy of equal logits is -ln W", "[lm]") {
+  torch::manual_seed(9);
+  torch::NoGradGuard ng;
+  auto x = torch::randn({2, 11, 5});
+  const auto y = lm::detail::causal_blur(x).to(torch::kFloat64);
+  const auto ref = blur_reference(x);
+  // float: two adds, one scaling by 2 (exact) and one division per value: γ_3 of Σ w|x| / n
+  const double u = std::ldexp(1.0, -24), g3 = 3.0 * u / (1.0 - 3.0 * u);
+  const auto bound = g3 * blur_reference(x.abs()) + 1e-300;
+  REQUIRE(((y - ref).abs() <= bound).all().item<bool>());
+  REQUIRE(torch::equal(y.narrow(1, 0, 1), x.narrow(1, 0, 1).to(torch::kFloat64)));  // y_0 = x_0
+
+  // zero gate weights and slot bias: a = 1/n over the n unmasked slots, Σ a·log a = −ln n.
+  // gated W = S = 4 at origin 0 has no masked slot: −ln 4 (float softmax and log: a few u).
+  lm::model_config cfg;
+  cfg.schedule = "gated";
+  cfg.window = 4;
+  cfg.stride = 4;
+  lm::compressor comp(cfg, lm::layer_kind::gated);
+  comp->gate_proj->weight.zero_();
+  comp->track_entropy = true;
+  comp->forward(torch::randn({2, 16, cfg.d_model}));
+  const double ne = comp->neg_entropy.item<double>();
+  INFO("neg entropy " << ne);
+  REQUIRE(std::abs(ne + std::log(4.0)) <= 16.0 * u * std::log(4.0));
 }
 
 TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
@@ -118,16 +235,28 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   // the compressed entries, the raw window and the MLPs).
   torch::manual_seed(3);
   torch::NoGradGuard ng;
-  for (const char* sched : {"full,full", "csa,csa", "gated,uniform"}) {
+  struct setting {
+    const char* sched;
+    bool shift = false, blur = false, offsets = false;
+  };
+  for (const setting st :
+       {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"}, setting{"gated,gated", true},
+        setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true}}) {
     lm::model_config cfg;
-    cfg.schedule = sched;
+    cfg.schedule = st.sched;
+    cfg.shift_layers = st.shift;
+    cfg.blur = st.blur;
+    if (std::string(st.sched) == "gated,gated") cfg.window = 4;
     lm::lm m(cfg);
+    if (st.shift) REQUIRE(m->model->blocks[1]->self_attn->comp->origin == cfg.stride / 2);  // ⌊1·S/2⌋
+    torch::Tensor off;
+    if (st.offsets) off = torch::tensor(std::vector<std::int64_t>{3}, torch::kLong);
     auto tok = torch::randint(cfg.vocab, {1, 40}, torch::kLong);
-    auto a = m->forward(tok);
+    auto a = m->forward(tok, -1, -1, off);
     auto tok2 = tok.clone();
     tok2.index_put_({0, 25}, (tok[0][25].item<std::int64_t>() + 1) % cfg.vocab);
-    auto b = m->forward(tok2);
-    INFO(sched);
+    auto b = m->forward(tok2, -1, -1, off);
+    INFO(st.sched << " shift " << st.shift << " blur " << st.blur << " offsets " << st.offsets);
     REQUIRE(torch::equal(a.narrow(1, 0, 25), b.narrow(1, 0, 25)));
     REQUIRE(!torch::equal(a.narrow(1, 25, 1), b.narrow(1, 25, 1)));
   }

@@ -18,6 +18,10 @@
 /// H query heads of width c. RoPE rotates adjacent pairs of the last rope_dim channels
 /// (compress/position.hpp); queries at t, raw keys at their position, entries at their anchor;
 /// the attention output is rotated back by −t. NoPE (rope = false): no rotation anywhere.
+/// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
+/// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
+/// `offsets`), a causal low-pass of the compressor's input (`blur`, detail::causal_blur) and the
+/// gate entropy of the last forward (compressor_impl::track_entropy) for a loss term.
 ///
 /// Parameter names follow the Hugging Face deepseek_v4 layout read by compress/checkpoint.hpp
 /// (model.layers.L.self_attn.compressor.{kv_proj.weight, gate_proj.weight, position_bias,
@@ -77,6 +81,15 @@ struct model_config {
   index_t rope_dim = 16;      ///< rotated channels (the last rope_dim of a row)
   double rope_theta = 10000.0;
   double rms_eps = 1e-6;
+  index_t origin = 0;         ///< φ0 of the compressor grids, in [0, stride) (0: the V4 grid)
+  bool shift_layers = false;  ///< layer l's grid origin is (origin + ⌊l·S / L⌋) mod S (shifted grids)
+  bool blur = false;          ///< low-pass the compressor's input along tokens (detail::causal_blur)
+
+  /// Grid origin of layer l's compressor, in [0, stride).
+  [[nodiscard]] index_t layer_origin(index_t l) const {
+    const index_t L = static_cast<index_t>(layers().size());
+    return (origin + (shift_layers ? l * stride / L : 0)) % stride;
+  }
 
   [[nodiscard]] std::vector<layer_kind> layers() const {
     std::vector<layer_kind> out;
@@ -90,9 +103,11 @@ struct model_config {
     }
     return out;
   }
-  [[nodiscard]] compress::operator_spec layer_spec(layer_kind k) const {
+  /// The compress:: operator of a layer of kind k at depth `layer` (its grid origin). The blur
+  /// is not part of it: compress:: pools the blurred rows (detail::causal_blur).
+  [[nodiscard]] compress::operator_spec layer_spec(layer_kind k, index_t layer = 0) const {
     compress::operator_spec s;
-    s.grid = {.window = window, .stride = stride};
+    s.grid = {.window = window, .stride = stride, .origin = layer_origin(layer)};
     s.pool = k == layer_kind::csa ? compress::pool_kind::two_stream
              : k == layer_kind::gated ? compress::pool_kind::channel_gate
                                       : compress::pool_kind::mean;
@@ -115,6 +130,7 @@ struct model_config {
             "must be even, in [2, head_dim] (rope on)");
     require(std::isfinite(rope_theta) && rope_theta > 1.0, "rope_theta", rope_theta, "must be finite and > 1");
     require(std::isfinite(rms_eps) && rms_eps > 0.0, "rms_eps", rms_eps, "must be finite and > 0");
+    require(origin >= 0 && origin < stride, "origin", origin, "must be in [0, stride)");
     const auto ls = layers();
     require(!ls.empty() && ls.size() <= 64, "schedule", schedule, "must name 1 to 64 layers");
     for (layer_kind k : ls)
@@ -138,6 +154,9 @@ struct model_config {
     v("rope_dim", rope_dim);
     v("rope_theta", rope_theta);
     v("rms_eps", rms_eps);
+    v("origin", origin);
+    v("shift_layers", shift_layers);
+    v("blur", blur);
   }
 };
 
@@ -170,6 +189,20 @@ inline torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cs,
   return torch::cat({keep, y}, -1);
 }
 
+/// Causal low-pass [1, 2, 1]/4 along tokens (dimension 1) of x [B, T, D]:
+/// y_t = (x_{t−2} + 2·x_{t−1} + x_t) / n_t with n_t the sum of the taps that exist (4; 3 at t = 1,
+/// 1 at t = 0). y_t reads no token after t, so an entry complete at t stays causal; the filter's
+/// centre is t − 1 (a delay of one token).
+inline torch::Tensor causal_blur(const torch::Tensor& x) {
+  const index_t B = x.size(0), T = x.size(1), D = x.size(2);
+  auto xp = torch::cat({torch::zeros({B, 2, D}, x.options()), x}, 1);
+  auto y = xp.narrow(1, 0, T) + 2.0 * xp.narrow(1, 1, T) + xp.narrow(1, 2, T);
+  auto n = torch::full({T}, 4.0, x.options());
+  n.index_put_({0}, 1.0);
+  if (T > 1) n.index_put_({1}, 3.0);
+  return y / n.reshape({1, T, 1});
+}
+
 inline torch::nn::Linear linear(index_t in, index_t out) {
   torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
   torch::NoGradGuard g;
@@ -194,16 +227,32 @@ struct rms_norm_impl : torch::nn::Module {
 };
 TORCH_MODULE_IMPL(rms_norm, rms_norm_impl);
 
+/// Where a compressor's entries come from: for R rows (R = 1: one grid for the whole batch; R = B:
+/// one grid per sequence), E entries of W slots. src [R, E, W]: source position of each slot
+/// (< 0: masked); valid [R, E, W]; anchor [R, E]: RoPE position (the entry's block start);
+/// last [R, E]: the last source (the entry is visible to t ≥ last). Per-sequence grids may have
+/// fewer entries than E: the missing ones read position 0 and are never visible.
+struct entry_layout {
+  torch::Tensor src, valid, anchor, last;
+};
+
 /// The compressor of one compressed layer: entries [B, E, c] from hidden rows [B, T, D].
-/// Equal to compress::compress on params() (tested in tests/torch/).
+/// Equal to compress::compress on params() with cfg.layer_spec(kind, layer) (tested in
+/// tests/torch/), on the blurred rows when cfg.blur is set.
 struct compressor_impl : torch::nn::Module {
   layer_kind kind = layer_kind::csa;
   model_config cfg;
+  index_t origin = 0;                                      // φ0 of this layer's grid
   torch::nn::Linear kv_proj{nullptr}, gate_proj{nullptr};  // HF shapes [k·c, D]
   torch::Tensor position_bias;                             // [m, k·c]
   rms_norm kv_norm{nullptr};                               // [c]
+  /// When set, forward() leaves in neg_entropy the mean over sequences, entries and channels of
+  /// Σ_r a_r·log a_r of the gate softmax over the unmasked slots (the negative gate entropy).
+  bool track_entropy = false;
+  torch::Tensor neg_entropy;
 
-  compressor_impl(const model_config& c, layer_kind k) : kind(k), cfg(c) {
+  compressor_impl(const model_config& c, layer_kind k, index_t layer = 0)
+      : kind(k), cfg(c), origin(c.layer_origin(layer)) {
     const index_t C = c.head_dim, D = c.d_model;
     const index_t streams = k == layer_kind::csa ? 2 : 1;
     kv_proj = register_module("kv_proj", detail::linear(D, streams * C));
@@ -215,27 +264,73 @@ struct compressor_impl : torch::nn::Module {
     kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
   }
 
-  /// Complete entries of a sequence of T tokens: ⌊T / S⌋ (V4 grid, origin 0).
-  [[nodiscard]] index_t entries(index_t T) const noexcept { return T / cfg.stride; }
+  /// The compress:: grid of this layer with its origin shifted by `shift`.
+  [[nodiscard]] compress::chunk_grid grid(index_t shift = 0) const {
+    return {.window = cfg.window, .stride = cfg.stride, .origin = (origin + shift) % cfg.stride};
+  }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, W = cfg.window, S = cfg.stride;
-    const index_t E = entries(T);
-    // source position of slot r of entry e: e·S + S − W + r (V4 convention); < 0 is masked
-    auto e = torch::arange(E, torch::kLong).unsqueeze(1);
+  /// Complete entries of a sequence of T tokens on this layer's grid.
+  [[nodiscard]] index_t entries(index_t T) const noexcept { return grid().num_entries(T); }
+
+  /// Entry layout for T tokens: this layer's grid (offsets undefined) or, per sequence b, the
+  /// grid with origin shifted by offsets[b] ∈ [0, S) (int64 [B]).
+  [[nodiscard]] entry_layout layout(index_t T, const torch::Tensor& offsets = {}) const {
+    const index_t W = cfg.window, S = cfg.stride;
+    std::vector<std::int64_t> off{0};
+    if (offsets.defined()) {
+      auto o = offsets.to(torch::kLong).contiguous();
+      off.assign(o.data_ptr<std::int64_t>(), o.data_ptr<std::int64_t>() + o.numel());
+      for (auto v : off) require(v >= 0 && v < S, "offsets", v, "must be in [0, stride)");
+    }
+    const index_t R = static_cast<index_t>(off.size());
+    index_t E = 0;
+    for (auto v : off) E = std::max(E, grid(v).num_entries(T));
+    std::vector<std::int64_t> src(static_cast<std::size_t>(R * E * W), 0), anchor(static_cast<std::size_t>(R * E), 0),
+        last(static_cast<std::size_t>(R * E), std::numeric_limits<std::int64_t>::max() / 2);
+    for (index_t b = 0; b < R; ++b) {
+      const auto g = grid(off[static_cast<std::size_t>(b)]);
+      for (index_t e = 0; e < g.num_entries(T); ++e) {
+        const auto r = g.sources(e);
+        for (index_t s = 0; s < W; ++s) src[static_cast<std::size_t>((b * E + e) * W + s)] = r.first + s;
+        anchor[static_cast<std::size_t>(b * E + e)] = r.last - S + 1;
+        last[static_cast<std::size_t>(b * E + e)] = r.last;
+      }
+    }
+    auto as = [](std::vector<std::int64_t>& v, std::vector<std::int64_t> shape) {
+      return torch::from_blob(v.data(), shape, torch::kLong).clone();
+    };
+    entry_layout L;
+    L.src = as(src, {R, E, W});
+    L.valid = L.src.ge(0);
+    L.anchor = as(anchor, {R, E});
+    L.last = as(last, {R, E});
+    return L;
+  }
+
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& offsets = {}) {
+    return pool(x, layout(x.size(1), offsets));
+  }
+
+  /// Entries [B, E, c] of x [B, T, D] on the layout L.
+  torch::Tensor pool(const torch::Tensor& x_in, const entry_layout& L) {
+    const auto x = cfg.blur ? detail::causal_blur(x_in) : x_in;
+    const index_t B = x.size(0), C = cfg.head_dim, W = cfg.window, S = cfg.stride;
+    const index_t R = L.src.size(0), E = L.src.size(1);
     auto r = torch::arange(W, torch::kLong).unsqueeze(0);
-    auto src = e * S + (S - W) + r;  // [E, W]
-    auto valid = src.ge(0);
-    auto idx = src.clamp_min(0).reshape({-1});
-    auto pay = kv_proj->forward(x);  // [B, T, k·c]
-    const index_t K = pay.size(2);
-    auto P = pay.index_select(1, idx).reshape({B, E, W, K});
+    auto valid = L.valid.reshape({R, E, W, 1});
+    auto take = [&](const torch::Tensor& t) {  // [B, T, K] → [B, E, W, K]
+      const index_t K = t.size(2);
+      if (R == 1) return t.index_select(1, L.src.clamp_min(0).reshape({-1})).reshape({B, E, W, K});
+      auto idx = L.src.clamp_min(0).reshape({R, E * W, 1}).expand({R, E * W, K});
+      return t.gather(1, idx).reshape({B, E, W, K});
+    };
+    auto P = take(kv_proj->forward(x));  // [B, E, W, k·c]
     torch::Tensor out;
     if (kind == layer_kind::uniform) {
-      auto m = valid.to(torch::kFloat32).unsqueeze(0).unsqueeze(-1);  // [1, E, W, 1]
+      auto m = valid.to(torch::kFloat32);  // [R, E, W, 1]
       out = (P * m).sum(2) / m.sum(2);
     } else {
-      auto Z = gate_proj->forward(x).index_select(1, idx).reshape({B, E, W, K});
+      auto Z = take(gate_proj->forward(x));
       torch::Tensor bias;
       if (kind == layer_kind::csa) {
         // slots r < S: stream a (previous block), r ≥ S: stream b; bias row = r mod S
@@ -247,12 +342,17 @@ struct compressor_impl : torch::nn::Module {
       } else {
         bias = position_bias;  // [W, c]
       }
-      Z = (Z + bias).masked_fill(valid.logical_not().reshape({1, E, W, 1}), -std::numeric_limits<float>::infinity());
-      out = (torch::softmax(Z, 2) * P).sum(2);
+      Z = (Z + bias).masked_fill(valid.logical_not(), -std::numeric_limits<float>::infinity());
+      auto a = torch::softmax(Z, 2);
+      if (track_entropy) {
+        auto ala = torch::where(valid, a * torch::log_softmax(Z, 2), torch::zeros({}, a.options()));
+        neg_entropy = ala.sum(2).mean();
+      }
+      out = (a * P).sum(2);
     }
     out = kv_norm->forward(out);
     if (cfg.rope) {
-      auto [cs, sn] = detail::rope_tables(torch::arange(E, torch::kLong) * S, cfg.rope_dim, cfg.rope_theta);
+      auto [cs, sn] = detail::rope_tables(R == 1 ? L.anchor.reshape({-1}) : L.anchor, cfg.rope_dim, cfg.rope_theta);
       out = detail::apply_rope(out, cs, sn, cfg.rope_dim);
     }
     return out;
@@ -282,18 +382,19 @@ struct attention_impl : torch::nn::Module {
   torch::Tensor sink;
   compressor comp{nullptr};
 
-  attention_impl(const model_config& c, layer_kind k) : kind(k), cfg(c) {
+  attention_impl(const model_config& c, layer_kind k, index_t layer = 0) : kind(k), cfg(c) {
     const index_t C = c.head_dim, D = c.d_model, H = c.heads;
     q_proj = register_module("q_proj", detail::linear(D, H * C));
     kv_proj = register_module("kv_proj", detail::linear(D, C));
     kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
     o_proj = register_module("o_proj", detail::linear(H * C, D));
     if (c.sink) sink = register_parameter("attn_sink", torch::zeros({H}));
-    if (k != layer_kind::full) comp = register_module("compressor", compressor(c, k));
+    if (k != layer_kind::full) comp = register_module("compressor", compressor(c, k, layer));
   }
 
-  /// x [B, T, D] → [B, T, D]. `knock` ≥ 0 zeroes that head's output (ablations).
-  torch::Tensor forward(const torch::Tensor& x, index_t knock = -1) {
+  /// x [B, T, D] → [B, T, D]. `knock` ≥ 0 zeroes that head's output (ablations). `offsets`
+  /// (int64 [B], optional) shifts each sequence's compressor grid origin (compressor::layout).
+  torch::Tensor forward(const torch::Tensor& x, index_t knock = -1, const torch::Tensor& offsets = {}) {
     const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, H = cfg.heads;
     auto pos = torch::arange(T, torch::kLong);
     auto q = q_proj->forward(x).reshape({B, T, H, C}).permute({0, 2, 1, 3});  // [B, H, T, C]
@@ -311,11 +412,13 @@ struct attention_impl : torch::nn::Module {
       allowed = j.le(t);
     } else {
       allowed = j.le(t).logical_and(j.gt(t - cfg.raw_window));
-      auto ent = comp->forward(x);  // [B, E, C]
-      const index_t E = ent.size(1);
+      const auto L = comp->layout(T, offsets);
+      auto ent = comp->pool(x, L);  // [B, E, C]
+      const index_t E = ent.size(1), R = L.last.size(0);
       if (E > 0) {
-        auto last = torch::arange(E, torch::kLong) * cfg.stride + (cfg.stride - 1);
-        allowed = torch::cat({last.unsqueeze(0).le(t), allowed}, 1);
+        // [R, T, E + T]: entry e visible to t when its last source ≤ t, then the raw window
+        allowed = torch::cat({L.last.unsqueeze(1).le(t.unsqueeze(0)), allowed.unsqueeze(0).expand({R, T, T})}, 2);
+        allowed = allowed.unsqueeze(1);  // [R, 1, T, E + T] against scores [B, H, T, E + T]
         keys = torch::cat({ent, kv}, 1);
       }
     }
@@ -358,15 +461,15 @@ struct block_impl : torch::nn::Module {
   rms_norm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   attention self_attn{nullptr};
   mlp ffn{nullptr};
-  block_impl(const model_config& c, layer_kind k) {
+  block_impl(const model_config& c, layer_kind k, index_t layer = 0) {
     input_layernorm = register_module("input_layernorm", rms_norm(c.d_model, c.rms_eps));
-    self_attn = register_module("self_attn", attention(c, k));
+    self_attn = register_module("self_attn", attention(c, k, layer));
     post_attention_layernorm = register_module("post_attention_layernorm", rms_norm(c.d_model, c.rms_eps));
     ffn = register_module("mlp", mlp(c.d_model, c.mlp_hidden));
   }
   /// knock: -1 none, ≥ 0 that head, -2 the whole attention output.
-  torch::Tensor forward(torch::Tensor x, index_t knock = -1) {
-    if (knock != -2) x = x + self_attn->forward(input_layernorm->forward(x), knock);
+  torch::Tensor forward(torch::Tensor x, index_t knock = -1, const torch::Tensor& offsets = {}) {
+    if (knock != -2) x = x + self_attn->forward(input_layernorm->forward(x), knock, offsets);
     return x + ffn->forward(post_attention_layernorm->forward(x));
   }
 };
@@ -381,7 +484,7 @@ struct backbone_impl : torch::nn::Module {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab, c.d_model));
     layers = register_module("layers", torch::nn::ModuleList());
     for (layer_kind k : kinds) {
-      blocks.emplace_back(c, k);
+      blocks.emplace_back(c, k, static_cast<index_t>(blocks.size()));
       layers->push_back(blocks.back());
     }
     norm = register_module("norm", rms_norm(c.d_model, c.rms_eps));
@@ -405,11 +508,13 @@ struct lm_impl : torch::nn::Module {
   }
   /// tokens [B, T] (int64) → logits [B, T, vocab]. Ablation: knock_layer ≥ 0 with knock_head ≥ 0
   /// zeroes one head's output, with knock_head = -1 the layer's whole attention output.
-  torch::Tensor forward(const torch::Tensor& tokens, index_t knock_layer = -1, index_t knock_head = -1) {
+  /// `offsets` (int64 [B], optional): per-sequence shift of every compressor's grid origin.
+  torch::Tensor forward(const torch::Tensor& tokens, index_t knock_layer = -1, index_t knock_head = -1,
+                        const torch::Tensor& offsets = {}) {
     auto x = model->embed_tokens->forward(tokens);
     for (std::size_t l = 0; l < model->blocks.size(); ++l) {
       const bool k = static_cast<index_t>(l) == knock_layer;
-      x = model->blocks[l]->forward(x, k ? (knock_head < 0 ? -2 : knock_head) : -1);
+      x = model->blocks[l]->forward(x, k ? (knock_head < 0 ? -2 : knock_head) : -1, offsets);
     }
     return lm_head->forward(model->norm->forward(x));
   }

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <cmath>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/rng.hpp"
 #include "kvphase/lm/data.hpp"
 #include "kvphase/lm/model.hpp"
 
@@ -29,6 +31,12 @@ struct train_config {
   index_t eval_every = 250;      ///< steps between history snapshots (0: only at the end)
   index_t eval_sequences = 1024; ///< evaluation sequences (split 1)
   int threads = 1;               ///< torch intra-op threads
+  /// Random grid offset: every training sequence's compressor grids are shifted by an offset
+  /// drawn uniformly from [0, S) (origin_offsets); evaluation keeps the model's own origins.
+  bool random_origin = false;
+  /// λ of the gate-entropy term: loss = cross-entropy + λ · mean over gated compressed layers of
+  /// the mean Σ_r a_r·log a_r of their gate softmax (compressor_impl::neg_entropy). 0: off.
+  double gate_entropy = 0.0;
   void validate() const {
     require(steps >= 1 && steps <= 10000000, "steps", steps, "must be in [1, 10^7]");
     require(batch >= 1 && batch <= 65536, "batch", batch, "must be in [1, 65536]");
@@ -39,6 +47,8 @@ struct train_config {
     require(eval_every >= 0, "eval_every", eval_every, "must be >= 0");
     require(eval_sequences >= 1 && eval_sequences <= 1 << 24, "eval_sequences", eval_sequences, "must be in [1, 2^24]");
     require(threads >= 1 && threads <= 1024, "threads", threads, "must be in [1, 1024]");
+    require(std::isfinite(gate_entropy) && gate_entropy >= 0.0 && gate_entropy <= 100.0, "gate_entropy", gate_entropy,
+            "must be in [0, 100]");
   }
   template <class V>
   void visit_fields(V&& v) {
@@ -51,6 +61,8 @@ struct train_config {
     v("eval_every", eval_every);
     v("eval_sequences", eval_sequences);
     v("threads", threads, fields::not_keyed);
+    v("random_origin", random_origin);
+    v("gate_entropy", gate_entropy);
   }
 };
 
@@ -73,6 +85,21 @@ struct train_result {
   double tokens = 0.0;    ///< training tokens processed
   double macs = 0.0;      ///< forward multiply-adds of the training steps (lm::forward_macs)
 };
+
+/// Counter-based stream id of the grid offsets (distinct from the data splits 0 and 1).
+inline constexpr std::uint64_t origin_split = 0x6f726967696eULL;
+
+/// Grid offsets of training sequences first … first + B − 1, uniform on [0, stride): sequence i's
+/// offset is the first draw of philox_stream(seed, combine(origin_split, i)), so it does not
+/// depend on the batch it is in, and the data streams are untouched.
+inline torch::Tensor origin_offsets(std::uint64_t seed, std::uint64_t first, index_t B, index_t stride) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(B));
+  for (index_t b = 0; b < B; ++b) {
+    rng::philox_stream s(seed, rng::combine(origin_split, first + static_cast<std::uint64_t>(b)));
+    v[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(s.below(static_cast<std::uint64_t>(stride)));
+  }
+  return torch::from_blob(v.data(), {B}, torch::kLong).clone();
+}
 
 /// CPU seconds used so far by this process (all threads).
 inline double cpu_now() {
@@ -131,9 +158,27 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
   d.validate();
   tc.validate();
   require(mc.vocab == d.vocab(), "vocab", mc.vocab, "must equal the data's vocabulary " + std::to_string(d.vocab()));
+  {
+    bool compressed = false, gated = false;
+    for (layer_kind k : mc.layers()) {
+      compressed = compressed || k != layer_kind::full;
+      gated = gated || k == layer_kind::csa || k == layer_kind::gated;
+    }
+    require(!tc.random_origin || compressed, "random_origin", tc.random_origin,
+            "needs a compressed layer in the schedule " + mc.schedule);
+    require(tc.gate_entropy == 0.0 || gated, "gate_entropy", tc.gate_entropy,
+            "needs a gated layer (csa or gated) in the schedule " + mc.schedule);
+  }
   torch::set_num_threads(tc.threads);
   torch::manual_seed(seed);
   lm model(mc);
+  std::vector<compressor> tracked;  // gated compressors whose gate entropy enters the loss
+  if (tc.gate_entropy > 0.0)
+    for (auto& b : model->model->blocks)
+      if (b->self_attn->comp && b->self_attn->comp->gate_proj) {
+        b->self_attn->comp->track_entropy = true;
+        tracked.push_back(b->self_attn->comp);
+      }
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(tc.lr).weight_decay(tc.weight_decay));
   train_result r;
   const double step_macs = forward_macs(mc, tc.batch, d.length());
@@ -163,12 +208,22 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     }
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     const auto b = make_batch(d, seed, 0, static_cast<std::uint64_t>(step * tc.batch), tc.batch);
-    auto loss = torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens), b), b.target);
+    const auto first = static_cast<std::uint64_t>(step * tc.batch);
+    torch::Tensor offsets;
+    if (tc.random_origin) offsets = origin_offsets(seed, first, tc.batch, mc.stride);
+    auto ce =
+        torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens, -1, -1, offsets), b), b.target);
+    auto loss = ce;
+    if (!tracked.empty()) {
+      auto ne = tracked.front()->neg_entropy;
+      for (std::size_t i = 1; i < tracked.size(); ++i) ne = ne + tracked[i]->neg_entropy;
+      loss = loss + tc.gate_entropy * ne / static_cast<double>(tracked.size());
+    }
     opt.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), tc.grad_clip);
     opt.step();
-    const double l = loss.item<double>();
+    const double l = ce.item<double>();  // the query cross-entropy (without the entropy term)
     r.cpu_seconds += cpu_now() - c0;
     r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.tokens += static_cast<double>(tc.batch * d.length());
