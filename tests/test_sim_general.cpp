@@ -445,9 +445,8 @@ TEST_CASE("general path: a layer schedule's layers equal a double reference; the
   }
   // CSA with a top-k that keeps every entry is the joint layer; NSA gated (1, 0, 0) is its
   // compressed branch alone — both against the reference
-  {
-    const sim::model_config mc{.kind = sim::model_kind::csa, .top_k = 1 << 20, .layers = "op,op"};
-    const sim::general_model gm(csa, d, dv, win, mc, 3);
+  const auto first_layer = [&](const compress::operator_spec& op, const sim::model_config& mm, layer_ref::kind k) {
+    const sim::general_model gm(op, d, dv, win, mm, 3);
     kvphase::matrix_t<float> S0(N + 1, gm.width()), SV;
     for (index_t i = 0; i <= N; ++i)
       for (index_t j = 0; j < gm.width(); ++j) S0(i, j) = nd(rng);
@@ -455,24 +454,14 @@ TEST_CASE("general path: a layer schedule's layers equal a double reference; the
     kvphase::matrix_t<float> S1 = S0;
     gm.apply_layer(sim::general_model::layer_type::op, gm.plan()[0], S1, SV, N, beta, ws);
     const auto Kc = compress::compress<float>(gm.spec(), gm.params(), kvphase::matrix_t<float>(S0.topRows(N)), 0, {.threads = 1});
-    const layer_ref ref{.k = layer_ref::compressed, .entries = &Kc, .grid = gm.spec().grid};
+    const layer_ref ref{.k = k, .entries = &Kc, .grid = gm.spec().grid};
     CHECK(check_layer(gm, ref, S0, SV, S1, SV, N, win, beta, false) <= 1.0);
-  }
-  {
-    auto nsa = compress::nsa();
-    const sim::model_config mn{.kind = sim::model_kind::nsa, .select_blocks = 3, .select_block = 16, .gate_cmp = 1,
-                               .gate_slc = 0, .gate_win = 0, .params = compress::params_kind::identity, .layers = "op,op"};
-    const sim::general_model gm(nsa, d, dv, win, mn, 3);
-    kvphase::matrix_t<float> S0(N + 1, gm.width()), SV;
-    for (index_t i = 0; i <= N; ++i)
-      for (index_t j = 0; j < gm.width(); ++j) S0(i, j) = nd(rng);
-    sim::general_workspace ws;
-    kvphase::matrix_t<float> S1 = S0;
-    gm.apply_layer(sim::general_model::layer_type::op, gm.plan()[0], S1, SV, N, beta, ws);
-    const auto Kc = compress::compress<float>(gm.spec(), gm.params(), kvphase::matrix_t<float>(S0.topRows(N)), 0, {.threads = 1});
-    const layer_ref ref{.k = layer_ref::compressed_only, .entries = &Kc, .grid = gm.spec().grid};
-    CHECK(check_layer(gm, ref, S0, SV, S1, SV, N, win, beta, false) <= 1.0);
-  }
+  };
+  first_layer(csa, {.kind = sim::model_kind::csa, .top_k = 1 << 20, .layers = "op,op"}, layer_ref::compressed);
+  first_layer(compress::nsa(),
+              {.kind = sim::model_kind::nsa, .select_blocks = 3, .select_block = 16, .gate_cmp = 1, .gate_slc = 0,
+               .gate_win = 0, .params = compress::params_kind::identity, .layers = "op,op"},
+              layer_ref::compressed_only);
   // bad schedules are named
   const auto bad = [&](sim::model_config mm, const char* what) {
     INFO(mm);
