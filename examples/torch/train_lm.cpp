@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
     cli::add_int(app, "--context", data.context, 2, 1 << 20, "context tokens");
     cli::add_int(app, "--pairs", data.pairs, 1, 1 << 16, "key-value pairs in the context");
     cli::add_int(app, "--queries", data.queries, 1, 1 << 16, "queries per sequence");
+    cli::add_int(app, "--gap", data.gap, 0, 1 << 20, "filler tokens between the context and the queries");
     cli::add_int(app, "--keys", data.keys, 1, 1 << 16, "key vocabulary");
     cli::add_int(app, "--values", data.values, 2, 1 << 16, "value vocabulary");
     cli::add_int(app, "--modulus", data.modulus, 2, 4096, "phase groups (key position mod this)");

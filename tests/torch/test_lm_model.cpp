@@ -296,3 +296,45 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
   REQUIRE(r.eval.mean_loss() + 5.0 * r.eval.loss_se() < bound);
   REQUIRE(r.history.front().train_loss > r.history.back().train_loss);
 }
+
+TEST_CASE("lm data: pairs, queries and the filler gap; the same draws for any gap and batch split", "[lm]") {
+  lm::data_config d;
+  d.context = 24;
+  d.pairs = 5;
+  d.queries = 3;
+  d.keys = 6;
+  d.values = 7;
+  d.filler = 3;
+  lm::data_config g = d;
+  g.gap = 5;
+  REQUIRE(g.length() == d.length() + 5);
+  const index_t B = 6;
+  const auto a = lm::make_batch(d, 7, 1, 0, B);
+  const auto b = lm::make_batch(g, 7, 1, 0, B);
+  const auto ta = a.tokens.accessor<std::int64_t, 2>();
+  const auto tb = b.tokens.accessor<std::int64_t, 2>();
+  const auto at = b.at.accessor<std::int64_t, 1>();
+  const auto tg = b.target.accessor<std::int64_t, 1>();
+  REQUIRE(a.key_position == b.key_position);
+  for (index_t s = 0; s < B; ++s) {
+    // the context and the queries are the gap-0 sequence's; the gap is filler
+    for (index_t t = 0; t < d.context; ++t) REQUIRE(ta[s][t] == tb[s][t]);
+    for (index_t t = 0; t < 2 * d.queries; ++t) REQUIRE(ta[s][d.context + t] == tb[s][g.context + g.gap + t]);
+    for (index_t t = g.context; t < g.context + g.gap; ++t) REQUIRE(tb[s][t] >= g.keys + g.values);
+    for (index_t t = g.context; t < g.context + g.gap; ++t) REQUIRE(tb[s][t] < g.vocab());
+  }
+  for (std::size_t q = 0; q < b.key_position.size(); ++q) {
+    const auto s = static_cast<index_t>(q) / d.queries;
+    const index_t kp = b.key_position[q];
+    REQUIRE(at[static_cast<std::int64_t>(q)] == g.context + g.gap + 2 * (static_cast<index_t>(q) % d.queries));
+    REQUIRE(kp + 1 < g.context);
+    REQUIRE(tb[s][at[static_cast<std::int64_t>(q)]] == tb[s][kp]);  // the query repeats the key
+    REQUIRE(tb[s][kp] < g.keys);
+    REQUIRE(tg[static_cast<std::int64_t>(q)] == tb[s][kp + 1]);  // and its target is the pair's value
+  }
+  // sequences 2 … 4 drawn alone equal rows 2 … 4 of the batch
+  const auto c = lm::make_batch(g, 7, 1, 2, 3);
+  REQUIRE(torch::equal(c.tokens, b.tokens.narrow(0, 2, 3)));
+  g.gap = -1;
+  REQUIRE_THROWS_AS(g.validate(), kvphase::error);
+}

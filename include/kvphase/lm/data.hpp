@@ -4,7 +4,9 @@
 /// the kv-pairs task, tasks/kv_pairs.hpp) with counter-based seeding, and per-phase evaluation
 /// counts for the library's statistics (stats/periodicity.hpp, stats/uniformity.hpp).
 ///
-/// A sequence has `context` tokens followed by 2·queries query tokens. The context holds `pairs`
+/// A sequence has `context` tokens, then `gap` filler tokens, then 2·queries query tokens. The
+/// gap keeps the queries out of the compressed entries that hold the last context tokens (with
+/// gap ≥ W − S no entry mixes context and query tokens). The context holds `pairs`
 /// (key, value) bigrams at random non-overlapping positions (every layout equally likely) between
 /// filler tokens; each query repeats one pair's key and then its value. The loss and the recall
 /// are read at each query key: the next token must be the pair's value. The phase of a query is
@@ -32,17 +34,19 @@ struct data_config {
   index_t context = 96;  ///< tokens before the queries
   index_t pairs = 12;    ///< key–value bigrams in the context
   index_t queries = 8;   ///< queries after the context (distinct pairs), ≤ pairs
+  index_t gap = 0;       ///< filler tokens between the context and the queries
   index_t keys = 24;     ///< key vocabulary (≥ pairs: keys in one sequence are distinct)
   index_t values = 24;   ///< value vocabulary
   index_t filler = 8;    ///< filler vocabulary
   index_t modulus = 8;   ///< phase groups of the evaluation
 
   [[nodiscard]] index_t vocab() const noexcept { return keys + values + filler; }
-  [[nodiscard]] index_t length() const noexcept { return context + 2 * queries; }
+  [[nodiscard]] index_t length() const noexcept { return context + gap + 2 * queries; }
   void validate() const {
     require(pairs >= 1 && pairs <= keys, "pairs", pairs, "must be in [1, keys] (keys in a sequence are distinct)");
     require(2 * pairs <= context && context <= 1 << 20, "context", context, "must be in [2 * pairs, 2^20]");
     require(queries >= 1 && queries <= pairs, "queries", queries, "must be in [1, pairs]");
+    require(gap >= 0 && gap <= 1 << 20, "gap", gap, "must be in [0, 2^20]");
     require(values >= 2 && values <= 1 << 16, "values", values, "must be in [2, 65536]");
     require(keys >= 1 && keys <= 1 << 16, "keys", keys, "must be in [1, 65536]");
     require(filler >= 1 && filler <= 1 << 16, "filler", filler, "must be in [1, 65536]");
@@ -53,6 +57,7 @@ struct data_config {
     v("context", context);
     v("pairs", pairs);
     v("queries", queries);
+    v("gap", gap);
     v("keys", keys);
     v("values", values);
     v("filler", filler);
@@ -105,7 +110,7 @@ inline batch make_batch(const data_config& c, std::uint64_t seed, std::uint64_t 
       std::swap(order[static_cast<std::size_t>(q)],
                 order[static_cast<std::size_t>(q + static_cast<index_t>(s.below(static_cast<std::uint64_t>(P - q))))]);
       const auto i = static_cast<std::size_t>(order[static_cast<std::size_t>(q)]);
-      const index_t t = c.context + 2 * q;
+      const index_t t = c.context + c.gap + 2 * q;
       row[t] = keys[i];
       row[t + 1] = val[i];
       rows.push_back(b);
@@ -113,6 +118,9 @@ inline batch make_batch(const data_config& c, std::uint64_t seed, std::uint64_t 
       target.push_back(val[i]);
       out.key_position.push_back(pos[i]);
     }
+    // drawn last, so that gap = 0 draws exactly the sequences of earlier versions
+    for (index_t t = c.context; t < c.context + c.gap; ++t)
+      row[t] = c.keys + c.values + static_cast<std::int64_t>(s.below(static_cast<std::uint64_t>(c.filler)));
   }
   auto as_tensor = [](std::vector<std::int64_t>& v) { return torch::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, torch::kLong).clone(); };
   out.tokens = as_tensor(tok).reshape({B, T});
