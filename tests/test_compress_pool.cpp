@@ -18,6 +18,7 @@
 #include <kvphase/core/simd.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -619,6 +620,48 @@ TEST_CASE("compress: hand-computed channel gate and two-stream V4-CSA (d = 2, S 
     hand_channel_gate<double, Arch>();
     hand_two_stream<float, Arch>();
     hand_two_stream<double, Arch>();
+  });
+}
+
+// A channel gate without content logits has the same weights in every complete entry, and the
+// engine computes their exponentials once per call (compress/pool.hpp, channel_softmax_weights).
+// The same parameters with an all-zero logit map take the per-entry path: the outputs must be
+// bitwise equal, masked leading entries and the scalar channel tail (d = 37) included.
+template <class Real, class Arch>
+void bias_only_gate_equals_per_entry_path() {
+  const kc::operator_spec specs[] = {
+      {.grid = {.window = 5, .stride = 3, .origin = 0}, .pool = kc::pool_kind::channel_gate},
+      {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::two_stream, .rmsnorm = true,
+       .rope = {.anchor = kc::rope_anchor::start, .theta = 10000.0, .rope_dim = 8}},
+      {.grid = {.window = 4, .stride = 4, .origin = 2}, .pool = kc::pool_kind::channel_gate}};
+  for (const auto& s : specs) {
+    for (const bool project : {false, true}) {
+      for (const index_t d : {index_t(16), index_t(37)}) {
+        kc::param_init init{.seed = 3, .project_payload = project, .out_dim = project ? d : 0, .bias_std = 1.3};
+        const auto fast = kc::make_params<Real>(s, d, init, 0);
+        REQUIRE(fast.w_z.size() == 0);
+        REQUIRE(fast.slot_bias_c.size() > 0);
+        auto slow = fast;
+        const index_t f = s.pool == kc::pool_kind::two_stream ? 2 : 1;
+        slow.w_z.setZero(d, f * fast.output_dim(s, d));
+        const auto x = random_x<Real>(61, d, 7);
+        const auto a = kc::compress<Real, Arch>(s, fast, x);
+        const auto b = kc::compress<Real, Arch>(s, slow, x);
+        INFO(Arch::name() << " " << s << " project " << project << " d " << d);
+        REQUIRE(a.rows() == b.rows());
+        REQUIRE(a.rows() > 10);
+        REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("compress: a bias-only channel gate's once-per-call weights equal the per-entry softmax bit for bit",
+          "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    bias_only_gate_equals_per_entry_path<float, Arch>();
+    bias_only_gate_equals_per_entry_path<double, Arch>();
   });
 }
 

@@ -499,6 +499,83 @@ inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* o
 /// `scratch` holds n·L values.
 template <class Real, class Arch>
 inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, const Real* const* b, index_t n,
+                                 index_t c, Real* out, Real* scratch) noexcept;
+
+/// The unnormalised weights of channel_softmax_pool with no content logits (z all null): for
+/// slot r of n and channel k, pw[r·c + k] = exp(b_{r,k} − m_k), and ps[k] = Σ_r pw[r·c + k], each
+/// value computed by the same operations in the same order as channel_softmax_pool computes it.
+/// With them, channel_weighted_pool gives channel_softmax_pool's output bit for bit: a gate
+/// whose logits are its position bias alone has the same weights in every complete entry, so
+/// the exponentials are computed once per call instead of once per entry.
+template <class Real, class Arch>
+inline void channel_softmax_weights(const Real* const* b, index_t n, index_t c, Real* pw, Real* ps) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    for (; k + L <= c; k += L) {
+      B m(-std::numeric_limits<Real>::infinity());
+      for (index_t r = 0; r < n; ++r) {
+        B e(Real(0));
+        if (b[r]) e += B::load_unaligned(b[r] + k);
+        e.store_unaligned(pw + r * c + k);
+        m = xsimd::max(m, e);
+      }
+      B s(Real(0));
+      for (index_t r = 0; r < n; ++r) {
+        const B p = xsimd::exp(B::load_unaligned(pw + r * c + k) - m);
+        p.store_unaligned(pw + r * c + k);
+        s += p;
+      }
+      s.store_unaligned(ps + k);
+    }
+  }
+  for (; k < c; ++k) {
+    auto logit = [&](index_t r) -> Real {
+      Real e = 0;
+      if (b[r]) e += b[r][k];
+      return e;
+    };
+    Real m = -std::numeric_limits<Real>::infinity();
+    for (index_t r = 0; r < n; ++r) m = std::max(m, logit(r));
+    Real s = 0;
+    for (index_t r = 0; r < n; ++r) {
+      const Real p = std::exp(logit(r) - m);
+      pw[r * c + k] = p;
+      s += p;
+    }
+    ps[k] = s;
+  }
+}
+
+/// out[k] = Σ_r pw[r·c + k]·pay[r][k] / ps[k] (channel_softmax_weights), accumulated as
+/// channel_softmax_pool accumulates.
+template <class Real, class Arch>
+inline void channel_weighted_pool(const Real* const* pay, const Real* pw, const Real* ps, index_t n, index_t c,
+                                  Real* out) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    for (; k + L <= c; k += L) {
+      B acc(Real(0));
+      for (index_t r = 0; r < n; ++r)
+        acc = simd::fma(B::load_unaligned(pw + r * c + k), B::load_unaligned(pay[r] + k), acc);
+      (acc / B::load_unaligned(ps + k)).store_unaligned(out + k);
+    }
+  }
+  for (; k < c; ++k) {
+    Real acc = 0;
+    for (index_t r = 0; r < n; ++r) {
+      const Real p = pw[r * c + k];
+      acc += p * pay[r][k];
+    }
+    out[k] = acc / ps[k];
+  }
+}
+
+template <class Real, class Arch>
+inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, const Real* const* b, index_t n,
                                  index_t c, Real* out, Real* scratch) noexcept {
   auto logit = [&](index_t r, index_t k) -> Real {
     Real e = 0;
@@ -585,6 +662,7 @@ struct engine {
   rope_frequencies rope;
   bool do_rope = false;
   index_t scratch_size = 0;        ///< Reals of per-thread scratch
+  std::vector<Real> gate_w, gate_s; ///< bias-only channel gates: channel_softmax_weights of a complete entry
 
   engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
       : spec(&s), p(&prm), g(s.head_grid(head)), d(d_), c(prm.output_dim(s, d_)), W(s.grid.window),
@@ -606,6 +684,20 @@ struct engine {
     if (k == pool_kind::channel_gate || k == pool_kind::two_stream) sc += W * L;
     if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
     scratch_size = sc + 64;
+    if ((k == pool_kind::channel_gate || k == pool_kind::two_stream) && prm.w_z.size() == 0) {
+      std::vector<const Real*> bp(static_cast<std::size_t>(W), nullptr);
+      for (index_t r = 0; r < W; ++r) bp[static_cast<std::size_t>(r)] = bias_row(r);
+      gate_w.resize(static_cast<std::size_t>(W * c));
+      gate_s.resize(static_cast<std::size_t>(c));
+      channel_softmax_weights<Real, Arch>(bp.data(), W, c, gate_w.data(), gate_s.data());
+    }
+  }
+
+  /// The position-bias row of slot r of a channel_gate / two_stream entry (null: no bias).
+  [[nodiscard]] const Real* bias_row(index_t r) const noexcept {
+    if (!p->slot_bias_c.size()) return nullptr;
+    const bool ts = spec->pool == pool_kind::two_stream;
+    return p->slot_bias_c.data() + (ts ? (r % S) : r) * p->slot_bias_c.cols() + ((ts && r >= S) ? c : 0);
   }
 
   /// Payload / logit source row pointer for token position t of a window [pos0, …) of rows.
@@ -617,6 +709,7 @@ struct engine {
     const Real* z;    ///< logit rows (null: none)
     index_t ldz;
     index_t pos0;
+    index_t pay_b = 0;  ///< two_stream: column of stream b's payload in a payload row (0: x serves both)
   };
 
   /// Computes entry e into `dst` (c values); with nt, dst is aligned and written with
@@ -663,17 +756,19 @@ struct engine {
         const Real** P = ptrs;
         const Real** Z = ptrs + W;
         const Real** Bp = ptrs + 2 * W;
-        const Real* bias = p->slot_bias_c.size() ? p->slot_bias_c.data() : nullptr;
-        const index_t ldb = p->slot_bias_c.cols();
         for (index_t i = 0; i < n; ++i) {
           const index_t r = m0 + i;
           const index_t half = (ts && r >= S) ? c : 0;
           const index_t t = t0 + i;
-          P[i] = R.pay + t * R.ldp + half;
+          P[i] = R.pay + t * R.ldp + (half ? R.pay_b : 0);
           Z[i] = R.z ? R.z + t * R.ldz + half : nullptr;
-          Bp[i] = bias ? bias + (ts ? (r % S) : r) * ldb + half : nullptr;
+          Bp[i] = bias_row(r);
         }
-        channel_softmax_pool<Real, Arch>(P, Z, Bp, n, c, row, sbuf);
+        if (m0 == 0 && !gate_w.empty() && !R.z) {
+          channel_weighted_pool<Real, Arch>(P, gate_w.data(), gate_s.data(), n, c, row);
+        } else {
+          channel_softmax_pool<Real, Arch>(P, Z, Bp, n, c, row, sbuf);
+        }
         break;
       }
       case pool_kind::mlp: {
@@ -912,16 +1007,9 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     project_rows<Real, Arch>(x, d, nrows, d, p.w_c, pay_buf.data(), nt);
     R.pay = pay_buf.data();
     R.ldp = p.w_c.cols();
-  } else if (spec.pool == pool_kind::two_stream) {
-    // identity payload for both streams: [x | x], so the b half sits at column offset c = d
-    pay_buf.resize(static_cast<std::size_t>(nrows * 2 * d));
-    for (index_t t = 0; t < nrows; ++t) {
-      std::memcpy(pay_buf.data() + t * 2 * d, x + t * d, static_cast<std::size_t>(d) * sizeof(Real));
-      std::memcpy(pay_buf.data() + t * 2 * d + d, x + t * d, static_cast<std::size_t>(d) * sizeof(Real));
-    }
-    R.pay = pay_buf.data();
-    R.ldp = 2 * d;
+    R.pay_b = spec.pool == pool_kind::two_stream ? c : 0;  // [stream a | stream b]
   }
+  // two_stream without W_C: the identity payload [x | x] is x itself for both streams (pay_b = 0)
   if (p.w_z.size()) {
     z_buf.resize(static_cast<std::size_t>(nrows * p.w_z.cols()));
     project_rows<Real, Arch>(x, d, nrows, d, p.w_z, z_buf.data(), nt);
