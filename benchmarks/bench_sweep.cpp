@@ -12,7 +12,11 @@
 //   BM_score_space/threads:T      the same trials by the exact score-space engine (N normals);
 //   BM_general_stages/N           the general (faithful) path's stages, one thread, d = 64, V4-CSA
 //                                 (W = 8, S = 4, RoPE on 64 channels): FLOP per CPU-second of each
-//                                 stage over the in-run FMA peak per CPU-second (<stage>_frac):
+//                                 stage over the in-run FMA peak per CPU-second (<stage>_frac), and
+//                                 the stage's time against its roofline bound (<stage>_roof):
+//                                 max(FLOP / FMA peak, bytes / read bandwidth), bytes = the data
+//                                 the stage must read and write once, the bandwidth read in-run over
+//                                 a buffer of the stage's footprint (warm, as the stage runs):
 //                                   projections  compress::project_tokens, random V4 parameters
 //                                                (payload and gate maps, 64 × 128 each: 8·N·d·c FLOP)
 //                                   pooling      compress::compress_into, planted parameters (no
@@ -218,10 +222,9 @@ void run_trials(benchmark::State& state, index_t N, sim::engine_kind e, index_t 
 }
 
 
-/// GFLOP per CPU-second of f (flop FLOP per call): calls repeated until `seconds` of CPU, median
-/// of `reps` such runs.
-double stage_gflops(const std::function<void()>& f, double flop, double seconds, int reps = 5) {
-  std::vector<double> rates;
+/// CPU seconds per call of f: calls repeated until `seconds` of CPU, median of `reps` such runs.
+double stage_seconds(const std::function<void()>& f, double seconds, int reps = 5) {
+  std::vector<double> per_call;
   f();  // warm (buffers, tables)
   for (int r = 0; r < reps; ++r) {
     std::int64_t calls = 0;
@@ -231,10 +234,15 @@ double stage_gflops(const std::function<void()>& f, double flop, double seconds,
       f();
       ++calls;
     }
-    rates.push_back(flop * static_cast<double>(calls) / el * 1e-9);
+    per_call.push_back(el / static_cast<double>(calls));
   }
-  return kvphase::bench::median(rates);
+  return kvphase::bench::median(per_call);
 }
+
+/// One stage: its FLOP and the bytes it must move per call, and its measured time per call.
+struct stage_row {
+  double flop = 0, bytes = 0, seconds = 0;
+};
 
 /// The general path's stages at N tokens, d = 64 (see the file comment): one thread.
 void general_stages(benchmark::State& state, double seconds, int peak_reps) {
@@ -264,37 +272,52 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
   std::vector<float> s(static_cast<std::size_t>(N));
   const double dd = static_cast<double>(d), NN = static_cast<double>(N);
   const int pairs = static_cast<int>(op.rope.rope_dim / 2);
-  std::map<std::string, double> g;
-  double peak = 0;
+  std::map<std::string, stage_row> g;
+  const double f4 = sizeof(float), xb = NN * dd * f4;  // bytes of the token rows
+  double peak = 0, bw = 0;
   for (auto _ : state) {
     const double p0 = kvphase::bench::fma_peak_gflops_per_cpu_second<float>(1, peak_reps);
-    g["projections"] = stage_gflops([&] {
+    // the read bound at the stages' footprint (the token rows, warm)
+    const double bw0 = kvphase::bench::read_bandwidth_gbs(static_cast<std::size_t>(xb), 1);
+    // projections: X in, payload and gate logits out (N × 2c each, c = d)
+    g["projections"] = {8.0 * NN * dd * dd, xb + 4.0 * xb, stage_seconds([&] {
       auto t = compress::project_tokens<float>(op, rnd, kvphase::matrix_view<float>(X.data(), N, d), 0, one);
       kvphase::bench::keep(t.payload(0, 0));
-    }, 8.0 * NN * dd * dd, seconds);
-    g["pooling"] = stage_gflops([&] {
+    }, seconds)};
+    // pooling: X in, E entries out
+    g["pooling"] = {2.0 * static_cast<double>(E) * 2.0 * dd * static_cast<double>(S),
+                    xb + static_cast<double>(E) * dd * f4, stage_seconds([&] {
       compress::compress_into<float>(op, planted, kvphase::matrix_view<float>(X.data(), N, d), kvphase::matrix_mut_view<float>(out.data(), E, d), 0,
                                      one, &ws);
       kvphase::bench::keep(out(0, 0));
-    }, 2.0 * static_cast<double>(E) * 2.0 * dd * static_cast<double>(S), seconds);
-    g["rope"] = stage_gflops([&] {
+    }, seconds)};
+    // RoPE: the rotated channels read and written, the cos/sin table (two doubles per pair) read
+    g["rope"] = {6.0 * NN * pairs, NN * pairs * (2.0 * 2.0 * f4 + 2.0 * 8.0), stage_seconds([&] {
       gm.rotate_rows(R.data(), N);
       kvphase::bench::keep(R(0, 0));
-    }, 6.0 * NN * pairs, seconds);
-    g["scoring"] = stage_gflops([&] {
+    }, seconds)};
+    // scoring: the keys in, N scores out
+    g["scoring"] = {2.0 * NN * dd, xb + NN * f4, stage_seconds([&] {
       attention::score_rows<float>(q.data(), X.data(), d, N, d, 0.125f, s.data());
       kvphase::bench::keep(s[7]);
-    }, 2.0 * NN * dd, seconds);
-    g["attention"] = stage_gflops([&] {
+    }, seconds)};
+    // one-query attention: keys and values in (the same rows here, read as two operands)
+    g["attention"] = {2.0 * NN * (dd + dd), 2.0 * xb, stage_seconds([&] {
       attention::full_attention<float>(q, X, X, attention::attention_params{.scale = 0.125, .threads = 1}, o);
       kvphase::bench::keep(o(0, 0));
-    }, 2.0 * NN * (dd + dd), seconds);
+    }, seconds)};
     peak = 0.5 * (p0 + kvphase::bench::fma_peak_gflops_per_cpu_second<float>(1, peak_reps));
+    bw = 0.5 * (bw0 + kvphase::bench::read_bandwidth_gbs(static_cast<std::size_t>(xb), 1));
   }
   state.counters["fma_peak_gflops"] = peak;
+  state.counters["read_gbs"] = bw;
   for (const auto& [k, v] : g) {
-    state.counters[k + "_gflops"] = v;
-    state.counters[k + "_frac"] = v / peak;
+    const double gf = v.flop / v.seconds * 1e-9;
+    const double bound = std::max(v.flop / (peak * 1e9), v.bytes / (bw * 1e9));
+    state.counters[k + "_gflops"] = gf;
+    state.counters[k + "_frac"] = gf / peak;
+    state.counters[k + "_gbs"] = v.bytes / v.seconds * 1e-9;
+    state.counters[k + "_roof"] = bound / v.seconds;
   }
 }
 void BM_general_stages(benchmark::State& state) { general_stages(state, 0.05, 7); }

@@ -665,6 +665,44 @@ TEST_CASE("compress: a bias-only channel gate's once-per-call weights equal the 
   });
 }
 
+// A workspace keeps the entries' RoPE cosines and sines across calls (compress_workspace::
+// rope_cs): reusing them, recomputing them for moved positions or other frequencies, and not
+// keeping them (no workspace) must all give the same entries bit for bit.
+template <class Real, class Arch>
+void rope_cache_is_invisible() {
+  kc::operator_spec a{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::two_stream, .rmsnorm = true,
+                      .rope = {.anchor = kc::rope_anchor::start, .theta = 10000.0, .rope_dim = 12}};
+  kc::operator_spec b = a;  // moved grid: other anchor positions, the same frequencies
+  b.grid.origin = 3;
+  b.rope.anchor = kc::rope_anchor::centre;
+  kc::operator_spec c = a;  // other frequencies
+  c.rope.theta = 160000.0;
+  kc::operator_spec m{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::mlp,
+                      .rope = {.anchor = kc::rope_anchor::end, .theta = 10000.0, .rope_dim = 0}};
+  const index_t d = 20;
+  const auto x = random_x<Real>(97, d, 11);
+  kc::compress_workspace<Real> ws;
+  for (const auto* s : {&a, &a, &b, &a, &c, &m, &a, &m}) {
+    kc::param_init init{.seed = 5, .bias_std = 0.8, .mlp_hidden = 7};
+    const auto p = kc::make_params<Real>(*s, d, init, 0);
+    const auto want = kc::compress<Real, Arch>(*s, p, x);  // no workspace: no cache
+    matrix_t<Real> got(want.rows(), want.cols());
+    kc::compress_into<Real, Arch>(*s, p, kvphase::matrix_view<Real>(x.data(), x.rows(), x.cols()),
+                                  kvphase::matrix_mut_view<Real>(got.data(), got.rows(), got.cols()), 0, {}, &ws);
+    INFO(Arch::name() << " " << *s);
+    REQUIRE(!ws.rope_cs.empty());
+    REQUIRE(std::memcmp(want.data(), got.data(), static_cast<std::size_t>(want.size()) * sizeof(Real)) == 0);
+  }
+}
+
+TEST_CASE("compress: the workspace's RoPE cache gives the same entries bit for bit", "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    rope_cache_is_invisible<float, Arch>();
+    rope_cache_is_invisible<double, Arch>();
+  });
+}
+
 TEST_CASE("compress: simple pools by hand (mean, max, weights, masked first entry)", "[compress][pool]") {
   // W = 4, S = 2 (V4): entry 0 pools positions −2 … 1 (two masked slots), entry 1 pools 0 … 3.
   matrix_t<double> x(4, 1);

@@ -376,6 +376,12 @@ struct compress_workspace {
   std::vector<std::vector<Real>> scratch;         ///< per thread: the entry kernel's scratch
   std::vector<std::vector<const Real*>> ptrs;     ///< per thread: slot pointers
   std::vector<std::vector<Real>> tiles;           ///< per thread: the MLP's entry tiles and GEMM padding
+  /// RoPE of the entries, kept across calls: per entry of the last call, its anchor position and
+  /// the cosines and sines at it (compress::rope_cos_sin), valid for the inverse frequencies
+  /// rope_freq. A call whose entry has the same position and frequencies reuses them (a sweep
+  /// compresses every trial's tokens at the same positions), any other recomputes them: the
+  /// output is the same bit for bit either way.
+  std::vector<double> rope_freq, rope_cs;
 };
 
 // ---- kernels -----------------------------------------------------------------------------------------
@@ -714,7 +720,9 @@ struct engine {
 
   /// Computes entry e into `dst` (c values); with nt, dst is aligned and written with
   /// non-temporal stores when no post-processing follows.
-  void entry(const rows_t& R, index_t e, Real* dst, bool nt, Real* scratch, const Real** ptrs) const noexcept {
+  /// `rc`: this entry's slot of the workspace's RoPE cache (rope_slot), or null.
+  void entry(const rows_t& R, index_t e, Real* dst, bool nt, Real* scratch, const Real** ptrs,
+             double* rc = nullptr) const noexcept {
     const token_range src = g.sources(e);
     const index_t m0 = std::max<index_t>(0, -src.first);  // masked leading slots
     const index_t n = W - m0;
@@ -794,16 +802,34 @@ struct engine {
         break;
       }
     }
-    if (post) finish(row, e, dst, nt);
+    if (post) finish(row, e, dst, nt, rc);
+  }
+
+  /// Doubles per entry of the RoPE cache: the anchor position, then a cosine and a sine per pair.
+  [[nodiscard]] index_t rope_stride() const noexcept { return 1 + rope.rotated; }
+  /// Slot of entry number `rel` (counted from the call's first entry) in the cache `base` (null: none).
+  [[nodiscard]] double* rope_slot(double* base, index_t rel) const noexcept {
+    return base ? base + rel * rope_stride() : nullptr;
   }
 
   /// Post-processing of entry e's pooled row (in place: RMSNorm, then RoPE at its anchor), then
   /// the store to dst; the same pass that pooled the row, while it is in L1.
-  void finish(Real* row, index_t e, Real* dst, bool nt) const noexcept {
+  void finish(Real* row, index_t e, Real* dst, bool nt, double* rc = nullptr) const noexcept {
     if (spec->rmsnorm) {
       rms_norm_inplace<Real, Arch>(row, c, spec->rms_eps, p->rms_weight.size() ? p->rms_weight.data() : nullptr);
     }
-    if (do_rope) apply_rope(row, anchor_position(g, e, spec->rope.anchor), rope);
+    if (do_rope) {
+      const double pos = anchor_position(g, e, spec->rope.anchor);
+      if (rc) {
+        if (!(rc[0] == pos)) {  // a new slot holds NaN
+          rc[0] = pos;
+          rope_cos_sin(pos, rope, rc + 1);
+        }
+        apply_rope_cs(row, rc + 1, rope);
+      } else {
+        apply_rope(row, pos, rope);
+      }
+    }
     copy_row(row, dst, nt);
   }
 
@@ -882,7 +908,7 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
 /// Rows are bitwise independent of the tiling and the thread split (detail/gemm.hpp).
 template <class Real, class Arch>
 void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, index_t pos0, index_t a, index_t b,
-                 index_t e0, Real* out, bool nt, std::vector<Real>& buf) {
+                 index_t e0, Real* out, bool nt, std::vector<Real>& buf, double* rc = nullptr) {
   const pool_params<Real>& p = *eng.p;
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
   // a tile of F holds ≤ 16 Mi values (64 MiB in float), T ≤ 1024 a multiple of the GEMM row group:
@@ -922,7 +948,7 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
         for (index_t k = 0; k < c; ++k) row[k] += p.mlp_b2[k];
       }
       Real* dst = out + (t0 + i - e0) * c;
-      if (eng.post) eng.finish(row, t0 + i, dst, nt);
+      if (eng.post) eng.finish(row, t0 + i, dst, nt, eng.rope_slot(rc, t0 + i - e0));
       else eng.copy_row(row, dst, nt);
     }
   }
@@ -1038,11 +1064,22 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
   const index_t q = opt.interleave > 0 ? opt.interleave : (share > (std::size_t(96) << 20) ? 4 : 1);
   auto& tiles = ws.tiles;
   if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
+  // the entries' RoPE cache: only a caller's workspace outlives the call
+  double* rc = nullptr;
+  if (workspace && eng.do_rope) {
+    if (ws.rope_freq != eng.rope.inv_freq) {
+      ws.rope_freq = eng.rope.inv_freq;
+      ws.rope_cs.clear();
+    }
+    const auto need = static_cast<std::size_t>(E * eng.rope_stride());
+    if (ws.rope_cs.size() < need) ws.rope_cs.resize(need, std::numeric_limits<double>::quiet_NaN());
+    rc = ws.rope_cs.data();
+  }
   auto run = [&](int tid, int n_thr) {
     const index_t a = e0 + E * tid / n_thr, b = e0 + E * (tid + 1) / n_thr;
     if constexpr (!simd::is_scalar_v<Arch>) {
       if (spec.pool == pool_kind::mlp) {
-        mlp_entries<Real, Arch>(eng, x, d, pos0, a, b, e0, out, nt_store, tiles[static_cast<std::size_t>(tid)]);
+        mlp_entries<Real, Arch>(eng, x, d, pos0, a, b, e0, out, nt_store, tiles[static_cast<std::size_t>(tid)], rc);
         if (nt_store) store_fence();
         return;
       }
@@ -1050,14 +1087,15 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     Real* sc = scratch[static_cast<std::size_t>(tid)].data();
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
     if (q <= 1 || b - a < 4 * q) {
-      for (index_t e = a; e < b; ++e) eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt);
+      for (index_t e = a; e < b; ++e) eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt, eng.rope_slot(rc, e - e0));
     } else {
       // q contiguous sub-ranges walked in lockstep: q concurrent read streams
       const index_t len = b - a, step = (len + q - 1) / q;
       for (index_t i = 0; i < step; ++i) {
         for (index_t j = 0; j < q; ++j) {
           const index_t e = a + j * step + i;
-          if (e < std::min(b, a + (j + 1) * step)) eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt);
+          if (e < std::min(b, a + (j + 1) * step))
+            eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt, eng.rope_slot(rc, e - e0));
         }
       }
     }

@@ -106,6 +106,31 @@ struct rope_frequencies {
   }
 };
 
+/// The cosines and sines RoPE rotates by at `position`: cs[2k] = cos(position·inv_freq_k),
+/// cs[2k + 1] = sin(…), for the f.rotated / 2 pairs (double, as apply_rope computes them).
+inline void rope_cos_sin(double position, const rope_frequencies& f, double* cs) noexcept {
+  const index_t pairs = f.rotated / 2;
+  for (index_t k = 0; k < pairs; ++k) {
+    const double a = position * f.inv_freq[static_cast<std::size_t>(k)];
+    cs[2 * k] = std::cos(a);
+    cs[2 * k + 1] = std::sin(a);
+  }
+}
+
+/// Rotates one row in place by the cosines and sines cs of rope_cos_sin: with the cs of a
+/// position, the row apply_rope gives at that position, bit for bit.
+template <class Real>
+inline void apply_rope_cs(Real* row, const double* cs, const rope_frequencies& f) noexcept {
+  Real* r = row + (f.dim - f.rotated);
+  const index_t pairs = f.rotated / 2;
+  for (index_t k = 0; k < pairs; ++k) {
+    const double c = cs[2 * k], s = cs[2 * k + 1];
+    const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
+    r[2 * k] = static_cast<Real>(x0 * c - x1 * s);
+    r[2 * k + 1] = static_cast<Real>(x0 * s + x1 * c);
+  }
+}
+
 /// Rotates one row in place by RoPE at `position` (any real; negative = inverse rotation).
 template <class Real>
 inline void apply_rope(Real* row, double position, const rope_frequencies& f) noexcept {
