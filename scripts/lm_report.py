@@ -455,6 +455,13 @@ def main(argv):
         i = args.index("--phase-mod")
         P = int(args[i + 1])
         del args[i:i + 2]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return 0
+    unknown = [a for a in args if a.startswith("-")]
+    if unknown:
+        print(f"lm_report: unknown option '{unknown[0]}' (see --help)", file=sys.stderr)
+        return 2
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
