@@ -119,7 +119,6 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     // Accuracy and Stability, §3.1), u = 2^-24, n = D + 2W + c + 4. A logit error δ moves a
     // softmax weight by at most |δ| relative, so the pooled value's error gains a factor
     // (1 + max|logit|); the RMSNorm scales by 1/rms and the weight, bounded by max|out|.
-    const double u = std::ldexp(1.0, -24);
     // With the blur the reference rows differ from torch's float blur by the blur's own
     // roundings (two adds and a division, ≤ 3u relative): 3 more in n (compressor_tolerance).
     const double tol = compressor_tolerance(comp, x, want);
