@@ -51,6 +51,7 @@ struct cli_options : kvphase::cli::operator_flags {
   std::string model = "compressed";
   std::optional<index_t> topk, select_blocks, select_block;
   std::vector<double> gates;
+  std::vector<double> head_gates;
   bool sink = false;
   std::string layers;
   std::optional<index_t> read_layer;
@@ -112,6 +113,11 @@ sim::sweep_config make_config(const cli_options& o) {
   kvphase::require((!o.select_blocks && !o.select_block && o.gates.empty()) || c.model.kind == sim::model_kind::nsa,
                    "select-blocks", o.select_blocks.value_or(o.select_block.value_or(0)),
                    "--select-blocks, --select-block and --gates apply only to --model nsa");
+  kvphase::require(o.head_gates.empty() || c.model.kind == sim::model_kind::nsa, "head-gates", o.head_gates.size(),
+                   "values given: --head-gates applies only to --model nsa");
+  kvphase::require(o.head_gates.empty() || o.gates.empty(), "head-gates", o.head_gates.size(),
+                   "values given: use --gates (every head) or --head-gates (per head), not both");
+  c.model.head_gates = o.head_gates;
   c.model.sink = o.sink;
   c.model.layers = o.layers;
   if (o.read_layer) c.model.read_layer = *o.read_layer;
@@ -191,6 +197,8 @@ int main(int argc, char** argv) {
   opt_int("--select-blocks", o.select_blocks, 3, big, "NSA selected blocks incl. initial and 2 local (default 16)");
   opt_int("--select-block", o.select_block, 1, big, "NSA selection block size in tokens (default 64)");
   cl::add_reals(app, "--gates", o.gates, 0, 1, "NSA branch gates cmp,slc,win (default 1/3 each)");
+  cl::add_reals(app, "--head-gates", o.head_gates, 0, 1,
+                "NSA branch gates per compression head: cmp,slc,win for head 0, then head 1, ... (3 x --heads values)");
   app.add_flag("--sink", o.sink, "a sink of logit 0 in every softmax (DeepSeek-V4)");
   app.add_option("--layers", o.layers,
                  "layer schedule, comma-separated: op (the operator and --model), window, full, or an operator preset "

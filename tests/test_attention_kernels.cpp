@@ -74,7 +74,7 @@ TEMPLATE_TEST_CASE("score_rows matches the double reference on every path", "[at
   }
 }
 
-TEMPLATE_TEST_CASE("softmax_with_sink matches the reference; a sink of -inf is no sink", "[attention][kernels]",
+TEMPLATE_TEST_CASE("softmax_with_sink matches the reference, a sink of -inf is no sink", "[attention][kernels]",
                    float, double) {
   using Real = TestType;
   const double u = unit_roundoff<Real>();

@@ -381,7 +381,7 @@ TEMPLATE_TEST_CASE("multi-head attention (GQA, per-head sinks and gates) matches
                     Catch::Contains("gates[5]"));
 }
 
-TEST_CASE("RoPE on queries and keys makes scores depend on relative position only; NoPE is a no-op",
+TEST_CASE("RoPE on queries and keys makes scores depend on relative position only, NoPE is a no-op",
           "[attention][multihead]") {
   const index_t dh = 8;
   const cmp::rope_config r{.anchor = cmp::rope_anchor::start, .theta = 10000.0, .rope_dim = 6};

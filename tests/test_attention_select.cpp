@@ -176,7 +176,7 @@ TEST_CASE("NSA block importance: overlap mapping and eq. 9 as printed", "[attent
   }
 }
 
-TEST_CASE("NSA top-n blocks always include initial and local blocks; ties to the lower index",
+TEST_CASE("NSA top-n blocks always include initial and local blocks, ties to the lower index",
           "[attention][select]") {
   const att::block_select_params bp{.block = 4, .top_n = 4, .initial = 1, .local = 2};
   std::vector<double> imp{0.0, 5.0, 1.0, 5.0, 9.0, 0.0, 0.0};

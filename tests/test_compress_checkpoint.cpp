@@ -83,7 +83,7 @@ TEST_CASE("YaRN inverse frequencies of the V4 compress rope equal the hand-deriv
   CHECK(fields::canonical(kc::rope_config{.yarn = y}).find("yarn.{factor=") != std::string::npos);
 }
 
-TEST_CASE("compress: no complete entry gives zero rows; invalid shapes still throw", "[compress][checkpoint]") {
+TEST_CASE("compress: no complete entry gives zero rows, invalid shapes still throw", "[compress][checkpoint]") {
   const auto s = v4_spec(false);
   const auto p =
       kc::make_params<float>(s, 16, {.seed = 3, .project_payload = true, .bias_std = 0.5, .rms_weight = true});

@@ -1140,7 +1140,7 @@ TEST_CASE("compress_cost: NSA-shaped MLP pool, by hand", "[compress][cost]") {
   CHECK(cd.flops() == c.flops());
 }
 
-TEST_CASE("compress_cost: bound from intensity and the machine's balance point; bad input names the parameter",
+TEST_CASE("compress_cost: bound from intensity and the machine's balance point, bad input names the parameter",
           "[compress][cost]") {
   const kc::operator_spec s{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean};
   const auto c = kc::compress_cost<float>(s, kc::pool_params<float>{}, 8, 16);  // 256 FLOP, 512 B read, 128 written

@@ -217,7 +217,7 @@ TEST_CASE("philox: normal and uniform moments within z = 5", "[core][rng]") {
   CHECK(std::abs(p - 0.1) <= 5.0 * std::sqrt(0.09 / n));
 }
 
-TEST_CASE("parallel::for_each_index: every index once, merged; one thread runs nested code on one thread", "[core][parallel]") {
+TEST_CASE("parallel::for_each_index: every index once, merged, one thread runs nested code on one thread", "[core][parallel]") {
   for (const int threads : {1, 2}) {
     INFO("threads " << threads);
     std::vector<int> seen(1000, 0);

@@ -337,7 +337,7 @@ double check_layer(const sim::general_model& gm, const layer_ref& L, const kvpha
 
 }  // namespace
 
-TEST_CASE("general path: a layer schedule's layers equal a double reference; the stack composes", "[sim][general][layers]") {
+TEST_CASE("general path: a layer schedule's layers equal a double reference, the stack composes", "[sim][general][layers]") {
   const index_t d = 16, dv = 3, win = 5, N = 97;
   const double beta = 0.3;
   auto csa = compress::v4_csa();
@@ -590,6 +590,76 @@ TEST_CASE("general path: padding preference and margin per length with a flat fu
       CHECK(fg.mean_margin() > 0.0);
     }
   }
+}
+
+// NSA's gates are per head (model.head_gates): each head runs with its own three gates. Head h of
+// a model with head gates (a; b) is head h of the model whose shared gates are that head's: the
+// same items and item scores; and equal head gates are the shared gates, bitwise.
+TEST_CASE("general path: NSA heads with their own gates", "[sim][general][heads]") {
+  const index_t d = 16, dv = 3, win = 24, N = 300;
+  const double beta = 0.7;
+  auto op = compress::nsa();
+  op.heads = 2;
+  op.head_offsets = {0, 8};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(static_cast<std::size_t>(d));
+  for (auto& v : q) v = nd(rng);
+  const sim::model_config base{.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
+                               .params = compress::params_kind::planted_early};
+  auto run = [&](sim::model_config m) {
+    const sim::general_model gm(op, d, dv, win, m, 3);
+    sim::general_workspace ws;
+    auto st = sim::seed_normal_state(9, 1);
+    gm.begin(ws, st, N);
+    std::mt19937 vr(8);  // the same values in every run
+    for (index_t t = 0; t < N; t += 5)
+      for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(vr);
+    gm.run(ws, N, q.data(), beta);
+    return ws;
+  };
+  auto with = [&](std::vector<double> hg, double c, double s, double w) {
+    auto m = base;
+    m.head_gates = std::move(hg);
+    m.gate_cmp = c;
+    m.gate_slc = s;
+    m.gate_win = w;
+    return m;
+  };
+  const auto mixed = run(with({1, 0, 0, 0, 0.5, 0.5}, 1.0 / 3, 1.0 / 3, 1.0 / 3));
+  const auto a = run(with({}, 1, 0, 0));
+  const auto b = run(with({}, 0, 0.5, 0.5));
+  REQUIRE(mixed.items.size() == 2);
+  CHECK(mixed.items[0].entries == a.items[0].entries);
+  CHECK(mixed.items[0].raw == a.items[0].raw);
+  CHECK(mixed.items[0].entry_score == a.items[0].entry_score);
+  CHECK(mixed.items[1].entries == b.items[1].entries);
+  CHECK(mixed.items[1].raw == b.items[1].raw);
+  CHECK(mixed.items[1].raw_score == b.items[1].raw_score);
+  CHECK(mixed.items[0].raw.empty());        // head 0: the compressed branch only
+  CHECK(mixed.items[1].entries.empty());    // head 1: no compressed branch
+  CHECK(!mixed.items[1].raw.empty());
+  CHECK(!(mixed.o == a.o));
+  // the same gates per head are the shared gates, bitwise
+  const auto same = run(with({0.2, 0.3, 0.5, 0.2, 0.3, 0.5}, 1.0 / 3, 1.0 / 3, 1.0 / 3));
+  const auto shared = run(with({}, 0.2, 0.3, 0.5));
+  CHECK(same.o == shared.o);
+  CHECK(same.of == shared.of);
+  // bad head gates are named
+  const auto bad = [&](sim::model_config m, const char* what) {
+    INFO(m);
+    CHECK_THROWS_WITH((m.validate(), sim::general_model(op, d, dv, win, m, 0)), Catch::Contains(what));
+  };
+  bad(with({1, 0, 0}, 1, 0, 0), "model.head_gates = 3: values must be 3 per compression head (6 for 2 heads)");
+  bad(with({1, 0, 0, 0, 1}, 1, 0, 0), "a multiple of 3");
+  bad(with({1, 0, 0, 0, 1.5, 0}, 1, 0, 0), "model.head_gates = 1.5: every gate must be in [0, 1]");
+  auto notnsa = with({1, 0, 0, 0, 1, 0}, 1, 0, 0);
+  notnsa.kind = sim::model_kind::compressed;
+  bad(notnsa, "head gates apply only to model nsa");
+  // keyed only when given
+  auto c = kvphase::test::small_general_sweep("needle", compress::v4_csa());
+  const auto k0 = c.stream_key();
+  CHECK(k0.find("head_gates") == std::string::npos);
 }
 
 TEST_CASE("general path: what stays unsupported is named", "[sim][general][errors]") {

@@ -123,7 +123,7 @@ TEST_CASE("binomial_draw: moments at 10^12 trials, and speed", "[stats][bootstra
   CHECK(r.ci.high >= r.gap);
 }
 
-TEST_CASE("binomial_draw: below the threshold it is inversion of one uniform; deterministic", "[stats][bootstrap]") {
+TEST_CASE("binomial_draw: below the threshold it is inversion of one uniform, deterministic", "[stats][bootstrap]") {
   kvphase::rng::philox_stream a(3, 4), b(3, 4);
   for (int i = 0; i < 1000; ++i) CHECK(stats::binomial_draw(1000, 0.3, a) == stats::binomial_from_uniform(1000, 0.3, b.uniform()));
   kvphase::rng::philox_stream c(5, 6), d(5, 6);

@@ -252,7 +252,7 @@ TEST_CASE("periodicity: power on a clearly periodic case", "[stats][periodicity]
   CHECK(rejected >= 48);
 }
 
-TEST_CASE("periodicity: deterministic for a seed; degenerate and bad input", "[stats][periodicity]") {
+TEST_CASE("periodicity: deterministic for a seed, degenerate and bad input", "[stats][periodicity]") {
   const counts h{30, 41, 35, 33}, t{60, 60, 60, 60};
   const auto a = stats::periodicity_test(h, t, 4, 4, {.permutations = 500, .seed = 11});
   const auto b = stats::periodicity_test(h, t, 4, 4, {.permutations = 500, .seed = 11});

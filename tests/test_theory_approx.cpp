@@ -61,7 +61,7 @@ TEST_CASE("theory: Gumbel closed forms track the exact integral with a measured 
   CHECK(b[0].critical_dim / a[0].critical_dim == Approx(std::log(65536 / 4.0) / std::log(4096 / 4.0)).epsilon(0.25));
 }
 
-TEST_CASE("theory: span straddling is periodic under uniform pooling; a single token is not", "[theory]") {
+TEST_CASE("theory: span straddling is periodic under uniform pooling, a single token is not", "[theory]") {
   const auto spec = mean_spec(4, 4);
   const auto one = theory::span_shares_by_phase(spec, 1);
   for (const auto& s : one) {

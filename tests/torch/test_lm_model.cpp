@@ -169,7 +169,7 @@ TEST_CASE("lm per-sequence grid offsets equal compress:: at each sequence's orig
   }
 }
 
-TEST_CASE("lm causal blur equals a double reference; gate entropy of equal logits is -ln W", "[lm]") {
+TEST_CASE("lm causal blur equals a double reference, gate entropy of equal logits is -ln W", "[lm]") {
   torch::manual_seed(9);
   torch::NoGradGuard ng;
   auto x = torch::randn({2, 11, 5});
@@ -296,7 +296,7 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
   REQUIRE(r.history.front().train_loss > r.history.back().train_loss);
 }
 
-TEST_CASE("lm data: pairs, queries and the filler gap; the same draws for any gap and batch split", "[lm]") {
+TEST_CASE("lm data: pairs, queries and the filler gap, the same draws for any gap and batch split", "[lm]") {
   lm::data_config d;
   d.context = 24;
   d.pairs = 5;

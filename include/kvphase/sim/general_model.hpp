@@ -166,6 +166,9 @@ class general_model {
               "the general path needs a compressor that keeps the token width (" + std::to_string(width_) + ")");
       if (!shared_) pv_.push_back(make_for(vspec_, dvp_, h, rng::combine(params_seed, 1)));
     }
+    require(m_.head_gates.empty() || static_cast<index_t>(m_.head_gates.size()) == 3 * spec_.heads, "model.head_gates",
+            m_.head_gates.size(), "values must be 3 per compression head (" + std::to_string(3 * spec_.heads) + " for " +
+            std::to_string(spec_.heads) + " heads)");
     rope_ = spec_.rope.anchor != compress::rope_anchor::none;
     if (rope_) freq_ = compress::rope_frequencies(spec_.rope, width_);
     geo_ = linear_model::full();
@@ -182,6 +185,16 @@ class general_model {
   [[nodiscard]] bool shared_kv() const noexcept { return shared_; }
   /// Layers run before the read layer (0: the single-layer model).
   [[nodiscard]] index_t layers_before_read() const noexcept { return static_cast<index_t>(plan_.size()) - 1; }
+  /// NSA branch gates of one compression head.
+  struct branch_gates {
+    double cmp, slc, win;
+  };
+  /// Head h's gates: model.head_gates when given, else the shared gate_cmp, gate_slc, gate_win.
+  [[nodiscard]] branch_gates gates(index_t h) const noexcept {
+    if (m_.head_gates.empty()) return {m_.gate_cmp, m_.gate_slc, m_.gate_win};
+    const auto* g = m_.head_gates.data() + 3 * h;
+    return {g[0], g[1], g[2]};
+  }
   /// A geometry for the readout interface (unused by general-path readouts).
   [[nodiscard]] const linear_model& geometry() const noexcept { return geo_; }
 
@@ -283,11 +296,12 @@ class general_model {
       const matrix_t<float>* Vc = shared_ ? &Kc : &ws.vc[hs];
       head_items& it = ws.items[hs];
       it.grid = grid;
+      const branch_gates gt = gates(h);
       attention::compressed_params cp{.window = window_, .compressed = true,
                                       .combine = m_.kind == model_kind::nsa ? attention::combine_mode::gated
                                                                             : attention::combine_mode::joint,
-                                      .select_block = m_.select_block, .gate_cmp = m_.gate_cmp,
-                                      .gate_slc = m_.gate_slc, .gate_win = m_.gate_win,
+                                      .select_block = m_.select_block, .gate_cmp = gt.cmp,
+                                      .gate_slc = gt.slc, .gate_win = gt.win,
                                       .attn = {.scale = beta, .sink = sink, .threads = 1}};
       attention::index_lists lists;
       attention::compressed_selection<float> sel;
@@ -320,15 +334,15 @@ class general_model {
         if (m_.kind != model_kind::nsa || std::find(it.raw.begin(), it.raw.end(), t) == it.raw.end()) it.raw.push_back(t);
       attention::compressed_attention<float>(ws.q, pos, Kc, *Vc, grid, *raw, Vraw, cp, ws.oh, sel);
       if (m_.kind == model_kind::nsa) {  // a branch gated to 0 contributes no item to the argmax readout
-        if (m_.gate_cmp == 0) it.entries.clear();
-        if (m_.gate_slc == 0 || m_.gate_win == 0) {
+        if (gt.cmp == 0) it.entries.clear();
+        if (gt.slc == 0 || gt.win == 0) {
           std::vector<index_t> keep;
           const auto nsel = it.raw.size();
           for (std::size_t i = 0; i < nsel; ++i) {
             const index_t t = it.raw[i];
             const bool in_win = t >= ws0;
             const bool in_sel = std::find(lists.indices.begin(), lists.indices.end(), t / m_.select_block) != lists.indices.end();
-            if ((in_sel && m_.gate_slc > 0) || (in_win && m_.gate_win > 0)) keep.push_back(t);
+            if ((in_sel && gt.slc > 0) || (in_win && gt.win > 0)) keep.push_back(t);
           }
           it.raw = std::move(keep);
         }
@@ -498,8 +512,8 @@ class general_model {
         attention::compressed_params cp{.window = window_, .compressed = E > 0,
                                         .combine = kind == model_kind::nsa ? attention::combine_mode::gated
                                                                            : attention::combine_mode::joint,
-                                        .select_block = m_.select_block, .gate_cmp = m_.gate_cmp,
-                                        .gate_slc = m_.gate_slc, .gate_win = m_.gate_win, .attn = ap};
+                                        .select_block = m_.select_block, .gate_cmp = gates(h).cmp,
+                                        .gate_slc = gates(h).slc, .gate_win = gates(h).win, .attn = ap};
         attention::index_lists lists;
         attention::compressed_selection<float> sel;
         if (kind == model_kind::csa && E > 0) {

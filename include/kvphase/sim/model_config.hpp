@@ -12,7 +12,7 @@
 ///  | nsa        | compressed entries, the raw tokens of the top select_blocks blocks (of          |
 ///  |            | select_block tokens, chosen from the compressed branch's probabilities, the     |
 ///  |            | initial and two local blocks always in), and the raw window: three softmaxes    |
-///  |            | mixed by the gates gate_cmp, gate_slc, gate_win                                 |
+///  |            | mixed by the gates gate_cmp, gate_slc, gate_win (per head: head_gates)          |
 /// Several compression heads (the operator's heads and head_offsets) each run the model on their
 /// own grid; their outputs are averaged and a needle trial is a hit when any head's best item
 /// holds the target (theory/heads.hpp).
@@ -72,6 +72,11 @@ struct model_config {
   index_t select_blocks = 16;   ///< nsa: selected blocks (initial and two local included)
   index_t select_block = 64;    ///< nsa: tokens per selection block
   double gate_cmp = 1.0 / 3, gate_slc = 1.0 / 3, gate_win = 1.0 / 3;  ///< nsa: branch gates
+  /// nsa: each compression head's own gates, (cmp, slc, win) per head in head order (3 × the
+  /// operator's heads values; the general model checks the count); empty = every head uses
+  /// gate_cmp, gate_slc, gate_win. NSA's gates are per head; this lets heads weight the branches
+  /// differently.
+  std::vector<double> head_gates{};
   bool sink = false;            ///< a sink of logit 0 in every softmax (DeepSeek-V4)
   compress::params_kind params = compress::params_kind::random;
   double params_strength = 2.0; ///< κ of the planted slot-bias profiles
@@ -115,6 +120,11 @@ struct model_config {
     for (auto [n, g] : {std::pair{"model.gate_cmp", gate_cmp}, std::pair{"model.gate_slc", gate_slc},
                         std::pair{"model.gate_win", gate_win}})
       require(std::isfinite(g) && g >= 0 && g <= 1, n, g, "must be in [0, 1]");
+    require(head_gates.size() % 3 == 0 && head_gates.size() <= 3 * 64, "model.head_gates", head_gates.size(),
+            "values must be (cmp, slc, win) per head: a multiple of 3, at most 64 heads");
+    for (double g : head_gates) require(std::isfinite(g) && g >= 0 && g <= 1, "model.head_gates", g, "every gate must be in [0, 1]");
+    require(head_gates.empty() || kind == model_kind::nsa, "model.head_gates", head_gates.size(),
+            "values given: head gates apply only to model nsa");
     require(std::isfinite(params_strength) && params_strength >= 0 && params_strength <= 100, "model.params_strength",
             params_strength, "must be in [0, 100]");
     require(params == compress::params_kind::file || params_file.empty(), "model.params_file", params_file,
@@ -149,6 +159,7 @@ struct model_config {
     v("gate_cmp", gate_cmp);
     v("gate_slc", gate_slc);
     v("gate_win", gate_win);
+    v("head_gates", head_gates, fields::omit_default);
     v("sink", sink);
     v("params", params);
     v("params_strength", params_strength);

@@ -84,7 +84,15 @@ struct output_options {
     cols.emplace_back("heads", num(c.op.heads));
     cols.emplace_back("params", compress::to_string(c.model.params));
     if (c.model.kind == model_kind::csa) cols.emplace_back("top_k", num(c.model.top_k));
-    if (c.model.kind == model_kind::nsa) cols.emplace_back("select_blocks", num(c.model.select_blocks));
+    if (c.model.kind == model_kind::nsa) {
+      cols.emplace_back("select_blocks", num(c.model.select_blocks));
+      // the branch gates (cmp slc win), per head when head_gates are given (head after head)
+      std::string g;
+      const std::vector<double> shared{c.model.gate_cmp, c.model.gate_slc, c.model.gate_win};
+      const auto& v = c.model.head_gates.empty() ? shared : c.model.head_gates;
+      for (std::size_t i = 0; i < v.size(); ++i) g += (i ? " " : "") + num(v[i]);
+      cols.emplace_back("gates", g);
+    }
     if (!c.model.layers.empty()) {  // a layer schedule: the layers and the layer read
       cols.emplace_back("layers", c.model.layers);
       cols.emplace_back("read_layer", num(static_cast<index_t>(c.model.read_index() + 1)));
