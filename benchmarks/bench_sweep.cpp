@@ -17,8 +17,10 @@
 //                                 max(FLOP / FMA peak, bytes / read bandwidth), bytes = the data
 //                                 the stage must read and write once, the bandwidth read in-run over
 //                                 a buffer of the stage's footprint (warm, as the stage runs):
-//                                   projections  compress::project_tokens, random V4 parameters
-//                                                (payload and gate maps, 64 × 128 each: 8·N·d·c FLOP)
+//                                   projections  the compressor's token projections (detail::
+//                                                project_rows into its workspace's buffers), random
+//                                                V4 parameters (payload and gate maps, 64 × 128
+//                                                each: 8·N·d·c FLOP)
 //                                   pooling      compress::compress_into, planted parameters (no
 //                                                maps; FLOP counted: the weighted sums, 2·E·2c·S;
 //                                                the softmax's exponentials are not counted)
@@ -261,6 +263,9 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
   matrix_t<float> out(E, d);
   compress::compress_workspace<float> ws;
   const compress::compress_options one{.threads = 1};
+  // the projection buffers, sized once (a sweep's workspace keeps them across calls)
+  ws.pay.resize(static_cast<std::size_t>(N * rnd.w_c.cols()));
+  ws.z.resize(static_cast<std::size_t>(N * rnd.w_z.cols()));
   // the model only for its RoPE table: value width 2 keeps its rows d + 2 wide
   sim::model_config mc;
   mc.params = compress::params_kind::planted_early;
@@ -280,9 +285,11 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
     // the read bound at the stages' footprint (the token rows, warm)
     const double bw0 = kvphase::bench::read_bandwidth_gbs(static_cast<std::size_t>(xb), 1);
     // projections: X in, payload and gate logits out (N × 2c each, c = d)
+    // (the compressor's own calls into its workspace's buffers, as run_entries makes them)
     g["projections"] = {8.0 * NN * dd * dd, xb + 4.0 * xb, stage_seconds([&] {
-      auto t = compress::project_tokens<float>(op, rnd, kvphase::matrix_view<float>(X.data(), N, d), 0, one);
-      kvphase::bench::keep(t.payload(0, 0));
+      compress::detail::project_rows<float, kvphase::simd::default_arch>(X.data(), d, N, d, rnd.w_c, ws.pay.data(), 1,
+                                                                         &rnd.w_z, ws.z.data());
+      kvphase::bench::keep(ws.pay[0] + ws.z[0]);
     }, seconds)};
     // pooling: X in, E entries out
     g["pooling"] = {2.0 * static_cast<double>(E) * 2.0 * dd * static_cast<double>(S),

@@ -572,10 +572,9 @@ inline void channel_weighted_pool(const Real* const* pay, const Real* pw, const 
   }
   for (; k < c; ++k) {
     Real acc = 0;
-    for (index_t r = 0; r < n; ++r) {
-      const Real p = pw[r * c + k];
-      acc += p * pay[r][k];
-    }
+    // std::fma, as channel_softmax_pool: a*b + c would be contracted or not by the compiler
+    // depending on each loop's shape (-march=native on Zen 4 does one and not the other)
+    for (index_t r = 0; r < n; ++r) acc = std::fma(pw[r * c + k], pay[r][k], acc);
     out[k] = acc / ps[k];
   }
 }
@@ -618,7 +617,7 @@ inline void channel_softmax_pool(const Real* const* pay, const Real* const* z, c
     for (index_t r = 0; r < n; ++r) {
       const Real p = std::exp(logit(r, k) - m);
       s += p;
-      acc += p * pay[r][k];
+      acc = std::fma(p, pay[r][k], acc);  // one rounding on every compiler and target (see channel_weighted_pool)
     }
     out[k] = acc / s;
   }
@@ -690,7 +689,12 @@ struct engine {
     if (k == pool_kind::channel_gate || k == pool_kind::two_stream) sc += W * L;
     if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
     scratch_size = sc + 64;
-    if ((k == pool_kind::channel_gate || k == pool_kind::two_stream) && prm.w_z.size() == 0) {
+    // The once-per-call weights give the per-entry kernel's bits only where both kernels' multiply-
+    // adds round once: hardware-FMA paths and the scalar path (std::fma). On sse2, simd::fma is
+    // a*b + c, which the compiler contracts into an FMA or not depending on the loop's shape, so
+    // that path keeps the per-entry kernel.
+    constexpr bool one_rounding = simd::is_scalar_v<Arch> || simd::fused_fma<Arch>();
+    if (one_rounding && (k == pool_kind::channel_gate || k == pool_kind::two_stream) && prm.w_z.size() == 0) {
       std::vector<const Real*> bp(static_cast<std::size_t>(W), nullptr);
       for (index_t r = 0; r < W; ++r) bp[static_cast<std::size_t>(r)] = bias_row(r);
       gate_w.resize(static_cast<std::size_t>(W * c));
@@ -867,27 +871,50 @@ struct engine {
   }
 };
 
-/// Token projection rows[t] = x[t] · M for t in [0, n): out is n × M.cols(). SIMD paths: Eigen's
-/// blocked GEMM (detail/gemm.hpp) on row groups split statically over threads, each row's bits
-/// independent of the split; the scalar path: one weighted_rows pass per token (the reference
-/// order: k = 0, 1, … accumulated in turn).
+/// Rows per piece of project_rows on SIMD paths, for d input and `cols` output columns in all
+/// (both maps): 0 (the thread's rows in one product) when the maps exceed 256 KiB, as every piece
+/// packs them again; otherwise the multiple of row_group (≥ 64) whose input and output rows fill
+/// about 512 KiB, so a piece's input rows are read from memory once and stay in L2 for both maps.
+template <class Real>
+[[nodiscard]] inline index_t projection_piece_rows(index_t d, index_t cols) noexcept {
+  constexpr std::size_t maps_max = std::size_t{256} << 10, piece_bytes = std::size_t{512} << 10;
+  if (static_cast<std::size_t>(d * cols) * sizeof(Real) > maps_max) return 0;
+  const index_t rows = static_cast<index_t>(piece_bytes / (static_cast<std::size_t>(d + cols) * sizeof(Real)));
+  return std::max<index_t>(8 * row_group, rows / row_group * row_group);
+}
+
+/// Token projections out[t] = x[t] · M and, with M2, out2[t] = x[t] · M2, for t in [0, n) (out is
+/// n × M.cols(), out2 n × M2.cols()). SIMD paths: Eigen's blocked GEMM (detail/gemm.hpp) on row
+/// groups split statically over threads, each thread's rows in pieces (projection_piece_rows)
+/// projected by M and then M2 while they are in cache; each row's bits are independent of the
+/// split and of the pieces (whole row groups). The scalar path: one weighted_rows pass per token
+/// and map (the reference order: k = 0, 1, … accumulated in turn).
 template <class Real, class Arch>
 inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const matrix_t<Real>& M, Real* out,
-                         int threads) {
-  const index_t cols = M.cols();
+                         int threads, const matrix_t<Real>* M2 = nullptr, Real* out2 = nullptr) {
+  const index_t cols = M.cols(), cols2 = M2 ? M2->cols() : 0;
   if constexpr (simd::is_scalar_v<Arch>) {
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
 #endif
-    for (index_t t = 0; t < n; ++t) weighted_rows<Real, Arch>(M.data(), cols, x + t * ldx, d, cols, out + t * cols);
+    for (index_t t = 0; t < n; ++t) {
+      weighted_rows<Real, Arch>(M.data(), cols, x + t * ldx, d, cols, out + t * cols);
+      if (M2) weighted_rows<Real, Arch>(M2->data(), cols2, x + t * ldx, d, cols2, out2 + t * cols2);
+    }
     (void)threads;
   } else {
     const index_t groups = (n + row_group - 1) / row_group;
+    const index_t piece = projection_piece_rows<Real>(d, cols + cols2);
     auto run = [&](int tid, int nth) {
       const index_t r0 = std::min(n, groups * tid / nth * row_group);
       const index_t r1 = std::min(n, groups * (tid + 1) / nth * row_group);
       std::vector<Real> pad;
-      gemm_rows<Real>(x + r0 * ldx, ldx, M.data(), cols, r1 - r0, d, cols, out + r0 * cols, cols, pad);
+      const index_t step = piece > 0 ? piece : std::max<index_t>(1, r1 - r0);
+      for (index_t a = r0; a < r1; a += step) {
+        const index_t m = std::min(step, r1 - a);
+        gemm_rows<Real>(x + a * ldx, ldx, M.data(), cols, m, d, cols, out + a * cols, cols, pad);
+        if (M2) gemm_rows<Real>(x + a * ldx, ldx, M2->data(), cols2, m, d, cols2, out2 + a * cols2, cols2, pad);
+      }
     };
 #if defined(_OPENMP)
     if (threads > 1 && groups > 1) {
@@ -1030,7 +1057,6 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
                                           spec.pool == pool_kind::two_stream);
   if (projected) {
     pay_buf.resize(static_cast<std::size_t>(nrows * p.w_c.cols()));
-    project_rows<Real, Arch>(x, d, nrows, d, p.w_c, pay_buf.data(), nt);
     R.pay = pay_buf.data();
     R.ldp = p.w_c.cols();
     R.pay_b = spec.pool == pool_kind::two_stream ? c : 0;  // [stream a | stream b]
@@ -1038,9 +1064,16 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
   // two_stream without W_C: the identity payload [x | x] is x itself for both streams (pay_b = 0)
   if (p.w_z.size()) {
     z_buf.resize(static_cast<std::size_t>(nrows * p.w_z.cols()));
-    project_rows<Real, Arch>(x, d, nrows, d, p.w_z, z_buf.data(), nt);
     R.z = z_buf.data();
     R.ldz = p.w_z.cols();
+  }
+  // both maps in one pass over the token rows when both are present
+  if (projected && p.w_z.size()) {
+    project_rows<Real, Arch>(x, d, nrows, d, p.w_c, pay_buf.data(), nt, &p.w_z, z_buf.data());
+  } else if (projected) {
+    project_rows<Real, Arch>(x, d, nrows, d, p.w_c, pay_buf.data(), nt);
+  } else if (p.w_z.size()) {
+    project_rows<Real, Arch>(x, d, nrows, d, p.w_z, z_buf.data(), nt);
   }
 
   bool nt_store = false;
@@ -1138,18 +1171,25 @@ template <class Real, class Arch = simd::default_arch>
   const int nt = detail::resolve_threads(opt, static_cast<std::size_t>(N * d) * sizeof(Real));
   token_projection<Real> out;
   out.payload.resize(N, w);
+  const bool logits = spec.pool != pool_kind::slot_gate;
+  const bool both = p.w_c.size() && logits && p.w_z.size();
+  if (logits) {
+    if (p.w_z.size()) out.logits.resize(N, w);
+    else out.logits = matrix_t<Real>::Zero(N, w);
+  } else {
+    out.logits.resize(N, 0);
+  }
+  if (both) {
+    detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_c, out.payload.data(), nt, &p.w_z, out.logits.data());
+    return out;
+  }
   if (p.w_c.size()) {
     detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_c, out.payload.data(), nt);
   } else {
     for (index_t t = 0; t < N; ++t)
       for (index_t k = 0; k < w; ++k) out.payload(t, k) = x(t, k % d);
   }
-  if (spec.pool == pool_kind::slot_gate) {
-    out.logits.resize(N, 0);
-    return out;
-  }
-  out.logits = matrix_t<Real>::Zero(N, w);
-  if (p.w_z.size()) detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_z, out.logits.data(), nt);
+  if (logits && p.w_z.size()) detail::project_rows<Real, Arch>(x.data(), d, N, d, p.w_z, out.logits.data(), nt);
   return out;
 }
 
