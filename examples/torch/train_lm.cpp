@@ -9,7 +9,8 @@
 // width and the depth; only the attention differs.
 // Mitigations at matched cache memory (one entry per S = 4 tokens and layer, as their baseline):
 // hca-s4 (channel-gated pool W = S = 4, the unmitigated baseline), overlap (W = 2S = 8, the
-// gated-s4 model), shifted (layer l's grid origin ⌊l·S/L⌋), random-offset (grid origin drawn per
+// gated-s4 model), shifted (layer l's grid origin ⌊l·S/L⌋), shifted-heads (query head h reads its
+// own compressor on the grid W = S = 4H at origin 4h: T/(4H) entries per head), random-offset (grid origin drawn per
 // training sequence in [0, S), evaluated at origin 0), blur (causal [1, 2, 1]/4 low-pass of the
 // compressor's input), gate-entropy (hca-s4 plus λ · the mean negative gate entropy in the
 // loss, λ = --gate-entropy).
@@ -55,7 +56,8 @@ struct preset_config {
 };
 
 const char* const preset_list =
-    "csa, full, nope, uniform, gated-s2, gated-s4, gated-s8, hca-s4, overlap, shifted, random-offset, blur or "
+    "csa, full, nope, uniform, gated-s2, gated-s4, gated-s8, hca-s4, overlap, shifted, shifted-heads, random-offset, "
+    "blur or "
     "gate-entropy";
 
 preset_config preset(const std::string& name, const lm::model_config& base, double gate_entropy) {
@@ -80,10 +82,11 @@ preset_config preset(const std::string& name, const lm::model_config& base, doub
     m.schedule = all("gated"), m.window = 8, m.stride = name.back() - '0';
   } else if (name == "overlap") {
     out = preset("gated-s4", base, gate_entropy);  // W = 2S = 8 at S = 4: the gated-s4 model
-  } else if (name == "hca-s4" || name == "shifted" || name == "random-offset" || name == "blur" ||
-             name == "gate-entropy") {
+  } else if (name == "hca-s4" || name == "shifted" || name == "shifted-heads" || name == "random-offset" ||
+             name == "blur" || name == "gate-entropy") {
     m.schedule = all("gated"), m.window = 4, m.stride = 4;  // HCA: W = S = 4
     m.shift_layers = name == "shifted";
+    m.shift_heads = name == "shifted-heads";  // head h: its own grid (H·4, H·4) at origin 4h
     m.blur = name == "blur";
     out.random_origin = name == "random-offset";
     if (name == "gate-entropy") {
@@ -122,7 +125,7 @@ int main(int argc, char** argv) {
     lm::train_config tc;
     app.add_option("--preset", presets,
                    "comma-separated presets: csa full nope uniform gated-s2 gated-s4 gated-s8 hca-s4 overlap shifted "
-                   "random-offset blur gate-entropy")
+                   "shifted-heads random-offset blur gate-entropy")
         ->capture_default_str();
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");
     cli::add_int(app, "--seeds", seeds, 1, 64, "seeds per preset");

@@ -53,7 +53,7 @@ torch::Tensor blur_reference(const torch::Tensor& x) {
 double compressor_tolerance(lm::compressor& comp, const torch::Tensor& x, const matrix_t<float>& want) {
   const auto& cfg = comp->cfg;
   const double u = std::ldexp(1.0, -24);
-  const double n = static_cast<double>(cfg.d_model + 2 * cfg.window + cfg.head_dim + 4 + (cfg.blur ? 3 : 0));
+  const double n = static_cast<double>(cfg.d_model + 2 * comp->window + cfg.head_dim + 4 + (cfg.blur ? 3 : 0));
   const double gamma = n * u / (1.0 - n * u);
   double zmax = 0.0;
   if (comp->gate_proj) {
@@ -74,6 +74,7 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     bool rope;
     index_t origin = 0;  // grid origin φ0 (shifted grids)
     bool blur = false;   // compress:: pools the blurred rows (double reference)
+    index_t head = -1;   // ≥ 0: shift_heads with 2 heads, that head's compressor
   };
   for (const setting st :
        {setting{lm::layer_kind::csa, 8, 4, true}, setting{lm::layer_kind::csa, 4, 2, false},
@@ -81,7 +82,8 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
         setting{lm::layer_kind::uniform, 8, 4, true}, setting{lm::layer_kind::gated, 4, 4, true, 1},
         setting{lm::layer_kind::gated, 4, 4, true, 3}, setting{lm::layer_kind::csa, 8, 4, true, 2},
         setting{lm::layer_kind::uniform, 8, 4, true, 2}, setting{lm::layer_kind::gated, 4, 4, true, 0, true},
-        setting{lm::layer_kind::csa, 8, 4, true, 1, true}}) {
+        setting{lm::layer_kind::csa, 8, 4, true, 1, true}, setting{lm::layer_kind::gated, 4, 4, true, 0, false, 1},
+        setting{lm::layer_kind::csa, 8, 4, true, 1, false, 1}, setting{lm::layer_kind::uniform, 8, 4, true, 0, false, 0}}) {
     lm::model_config cfg;
     cfg.d_model = 48;
     cfg.head_dim = 16;
@@ -92,7 +94,9 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     cfg.origin = st.origin;
     cfg.blur = st.blur;
     cfg.schedule = lm::to_string(st.kind);
-    lm::compressor comp(cfg, st.kind);
+    cfg.shift_heads = st.head >= 0;
+    const index_t head = std::max<index_t>(st.head, 0);
+    lm::compressor comp(cfg, st.kind, 0, head);
     // non-trivial gates, slot bias and norm weight
     if (comp->position_bias.defined()) comp->position_bias.normal_(0.0, 1.0);
     if (comp->gate_proj) comp->gate_proj->weight.mul_(3.0);
@@ -100,19 +104,23 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     const index_t N = 37;  // not a multiple of S: the last partial block has no entry
     auto x = torch::randn({1, N, cfg.d_model});
     auto got = rows_of(comp->forward(x));
-    const auto spec = cfg.layer_spec(st.kind);
-    REQUIRE(spec.grid.origin == st.origin);
+    const auto spec = cfg.layer_spec(st.kind, 0, head);
+    // shift_heads (2 heads): head h's grid is (2W, 2S) at origin φ0 + h·S
+    const index_t G = cfg.shift_heads ? 2 : 1;
+    REQUIRE(spec.grid.origin == st.origin + head * st.S);
+    REQUIRE(spec.grid.window == G * st.W);
+    REQUIRE(spec.grid.stride == G * st.S);
     const auto p = comp->params();
     // blur: compress:: pools the rows low-passed in double (rounded once to float)
     const auto xs = st.blur ? blur_reference(x).to(torch::kFloat32) : x;
     matrix_t<float> xin = st.kind == lm::layer_kind::uniform ? rows_of(comp->kv_proj->forward(xs)) : rows_of(xs);
     const auto want = compress::compress<float>(spec, p, xin);
     INFO(lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " rope=" << st.rope << " origin=" << st.origin
-                                << " blur=" << st.blur);
+                                << " blur=" << st.blur << " head=" << st.head);
     REQUIRE(got.rows() == want.rows());
     REQUIRE(got.cols() == want.cols());
     REQUIRE(got.rows() == spec.grid.num_entries(N));
-    if (st.origin == 0) REQUIRE(got.rows() == N / st.S);
+    if (spec.grid.origin == 0) REQUIRE(got.rows() == N / spec.grid.stride);
     // Tolerance: each output value is reached through one projection of length D, a softmax
     // and a pool over W slots, an RMSNorm over c channels and a rotation (4 roundings); each
     // implementation's error is within γ_n = n·u/(1 − n·u) of the magnitudes involved (Higham,
@@ -125,7 +133,7 @@ TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
     const double err = (got - want).cwiseAbs().maxCoeff();
     INFO("max |torch - compress::| = " << err << ", tolerance " << tol);
     std::cout << lm::to_string(st.kind) << " W=" << st.W << " S=" << st.S << " origin=" << st.origin
-              << " blur=" << st.blur << " err " << err << " tol " << tol << "\n";
+              << " blur=" << st.blur << " head=" << st.head << " err " << err << " tol " << tol << "\n";
     REQUIRE(err <= tol);
   }
 }
@@ -165,6 +173,91 @@ TEST_CASE("lm per-sequence grid offsets equal compress:: at each sequence's orig
       INFO(lm::to_string(kind) << " row " << b << " origin " << spec.grid.origin << ": err " << err << ", tol " << tol);
       REQUIRE(err <= tol);
       for (index_t e = E; e < got.size(1); ++e) REQUIRE(L.last[b][e].item<std::int64_t>() >= N);
+    }
+  }
+}
+
+TEST_CASE("lm per-head grids: head h attends to its own compressor as a one-head layer on that grid would", "[lm]") {
+  // shift_heads: the layer's output for head h must equal a one-head layer whose grid is head
+  // h's, (H·W, H·S) at origin h·S, with head h's weights. In double, with o_proj the identity
+  // (products by 1 and sums with 0 are exact), so the two differ only by the rounding order of
+  // the same sums; a wrong grid, mask or padding entry moves outputs by O(1).
+  torch::manual_seed(11);
+  torch::NoGradGuard ng;
+  for (const auto kind : {lm::layer_kind::gated, lm::layer_kind::csa}) {
+    lm::model_config cfg;
+    cfg.heads = 2;
+    cfg.head_dim = 16;
+    cfg.d_model = 32;  // = H·c, so o_proj can be the identity
+    cfg.rope_dim = 8;
+    cfg.stride = 4;
+    cfg.window = kind == lm::layer_kind::csa ? 8 : 4;
+    cfg.schedule = lm::to_string(kind);
+    cfg.shift_heads = true;
+    cfg.validate();
+    const index_t H = cfg.heads, C = cfg.head_dim, T = 37, B = 2;
+    lm::attention att(cfg, kind, 0);
+    att->to(torch::kFloat64);
+    REQUIRE(att->comps.size() == static_cast<std::size_t>(H));
+    for (auto& cp : att->comps) {
+      cp->position_bias.normal_(0.0, 1.0);
+      cp->gate_proj->weight.mul_(3.0);
+      cp->kv_norm->weight.normal_(1.0, 0.3);
+    }
+    att->sink.normal_(0.0, 1.0);
+    att->o_proj->weight.copy_(torch::eye(H * C, torch::kFloat64));
+    auto x = torch::randn({B, T, cfg.d_model}, torch::kFloat64);
+    auto got = att->forward(x);
+    // the number of entries differs between the heads' grids (origins 0 and 4 on stride 8), so
+    // head 1 is padded with never-visible rows
+    REQUIRE(att->comps[0]->entries(T) != att->comps[1]->entries(T));
+    for (index_t h = 0; h < H; ++h) {
+      lm::model_config one = cfg;
+      one.heads = 1;
+      one.shift_heads = false;
+      one.window = H * cfg.window;
+      one.stride = H * cfg.stride;
+      one.origin = h * cfg.stride;
+      one.validate();
+      lm::attention ref(one, kind, 0);
+      ref->to(torch::kFloat64);
+      ref->q_proj->weight.copy_(att->q_proj->weight.narrow(0, h * C, C));
+      ref->kv_proj->weight.copy_(att->kv_proj->weight);
+      ref->kv_norm->weight.copy_(att->kv_norm->weight);
+      ref->sink.copy_(att->sink.narrow(0, h, 1));
+      ref->o_proj->weight.copy_(torch::eye(H * C, C, torch::kFloat64));
+      auto& src = att->comps[static_cast<std::size_t>(h)];
+      REQUIRE(ref->comp->grid().origin == src->grid().origin);
+      REQUIRE(ref->comp->grid().stride == src->grid().stride);
+      ref->comp->kv_proj->weight.copy_(src->kv_proj->weight);
+      ref->comp->gate_proj->weight.copy_(src->gate_proj->weight);
+      ref->comp->position_bias.copy_(src->position_bias);
+      ref->comp->kv_norm->weight.copy_(src->kv_norm->weight);
+      auto want = ref->forward(x).narrow(2, 0, C);
+      auto g = got.narrow(2, h * C, C);
+      // Bound: the chain is the compressor's (n = D + 2W + c + 4), a score of length c, a
+      // softmax and a mix over K = E + T rows, a rotation: n = D + 2·(H·W) + 2c + 2K + 8 roundings
+      // of u = 2^-53, amplified by (1 + max|gate logit| + max|score|) through the softmaxes,
+      // and scaled by the largest value magnitude and √c, as in compressor_tolerance.
+      const double u = std::ldexp(1.0, -53);
+      const double K = static_cast<double>(src->entries(T) + T);
+      const double n = static_cast<double>(cfg.d_model + 2 * src->window + 2 * C + 8) + 2.0 * K;
+      const double gamma = n * u / (1.0 - n * u);
+      const double zmax =
+          src->gate_proj->forward(x).abs().max().item<double>() + src->position_bias.abs().max().item<double>();
+      // |score| ≤ max‖q‖·max‖k‖/√c (Cauchy–Schwarz; RoPE keeps norms); values are the key rows
+      auto q = att->q_proj->forward(x).narrow(2, h * C, C);
+      auto keys = torch::cat({src->forward(x), att->kv_norm->forward(att->kv_proj->forward(x))}, 1);
+      const double smax = q.norm(2, -1).max().item<double>() * keys.norm(2, -1).max().item<double>() /
+                          std::sqrt(static_cast<double>(C));
+      const double vmax = std::max(1.0, keys.abs().max().item<double>());
+      const double tol = 2.0 * gamma * (1.0 + zmax + smax) * vmax * std::sqrt(static_cast<double>(C));
+      const double err = (g - want).abs().max().item<double>();
+      INFO(lm::to_string(kind) << " head " << h << ": err " << err << ", tol " << tol);
+      std::cout << "shift_heads " << lm::to_string(kind) << " head " << h << " err " << err << " tol " << tol << "\n";
+      REQUIRE(err <= tol);
+      // and the heads differ: head h's entries are not head 1 − h's
+      REQUIRE((got.narrow(2, h * C, C) - got.narrow(2, (1 - h) * C, C)).abs().max().item<double>() > 1e-3);
     }
   }
 }
@@ -236,15 +329,17 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   torch::NoGradGuard ng;
   struct setting {
     const char* sched;
-    bool shift = false, blur = false, offsets = false;
+    bool shift = false, blur = false, offsets = false, heads = false;
   };
   for (const setting st :
        {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"}, setting{"gated,gated", true},
-        setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true}}) {
+        setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true},
+        setting{"gated,csa", false, false, true, true}}) {
     lm::model_config cfg;
     cfg.schedule = st.sched;
     cfg.shift_layers = st.shift;
     cfg.blur = st.blur;
+    cfg.shift_heads = st.heads;
     if (std::string(st.sched) == "gated,gated") cfg.window = 4;
     lm::lm m(cfg);
     if (st.shift) REQUIRE(m->model->blocks[1]->self_attn->comp->origin == cfg.stride / 2);  // ⌊1·S/2⌋
@@ -255,7 +350,7 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
     auto tok2 = tok.clone();
     tok2.index_put_({0, 25}, (tok[0][25].item<std::int64_t>() + 1) % cfg.vocab);
     auto b = m->forward(tok2, -1, -1, off);
-    INFO(st.sched << " shift " << st.shift << " blur " << st.blur << " offsets " << st.offsets);
+    INFO(st.sched << " shift " << st.shift << " blur " << st.blur << " offsets " << st.offsets << " heads " << st.heads);
     REQUIRE(torch::equal(a.narrow(1, 0, 25), b.narrow(1, 0, 25)));
     REQUIRE(!torch::equal(a.narrow(1, 25, 1), b.narrow(1, 25, 1)));
   }

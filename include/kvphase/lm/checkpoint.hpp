@@ -9,7 +9,9 @@
 ///  - gated layers: the same with one stream ([c, D], position_bias [W, c]); the loader reads
 ///    them as HCA (W = S = m), so only gated layers with W = S load with their own grid;
 ///  - uniform layers: stored as the two-stream compressor they equal (both streams W_C, zero
-///    gates, zero slot bias: a softmax over equal logits is the mean over the unmasked slots).
+///    gates, zero slot bias: a softmax over equal logits is the mean over the unmasked slots);
+///  - shift_heads: head 0's compressor under the name above (the loader reads it, on its own
+///    grid (H·W, H·S) but at origin 0), head h's under self_attn.compressor_h<h>.
 /// Every other parameter is stored under its named_parameters() name, all in F32.
 /// config.json: compress_rope_theta, qk_rope_head_dim, rms_norm_eps and the model's field list
 /// under "kvphase". A NoPE model still loads with the loader's RoPE (the loader has no NoPE
@@ -37,10 +39,15 @@ inline void save_checkpoint(lm& model, const std::string& dir) {
   io::safetensors_writer w;
   torch::NoGradGuard ng;
   const auto& c = model->cfg;
-  std::vector<std::string> uniform;  // compressor prefixes of uniform layers
+  std::vector<std::pair<std::string, index_t>> uniform;  // compressor prefixes of uniform layers, stride
   for (std::size_t l = 0; l < model->kinds.size(); ++l)
-    if (model->kinds[l] == layer_kind::uniform)
-      uniform.push_back("model.layers." + std::to_string(l) + ".self_attn.compressor");
+    if (model->kinds[l] == layer_kind::uniform) {
+      const auto& cs = model->model->blocks[l]->self_attn->comps;
+      for (std::size_t h = 0; h < cs.size(); ++h)
+        uniform.emplace_back("model.layers." + std::to_string(l) + ".self_attn.compressor" +
+                                 (h ? "_h" + std::to_string(h) : std::string()),
+                             cs[h]->stride);
+    }
   auto put = [&](const std::string& name, torch::Tensor t) {
     t = t.detach().to(torch::kFloat32).contiguous();
     std::vector<std::int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -50,12 +57,12 @@ inline void save_checkpoint(lm& model, const std::string& dir) {
   for (const auto& kv : model->named_parameters()) {
     auto t = kv.value();
     for (const auto& P : uniform)
-      if (kv.key() == P + ".kv_proj.weight") t = torch::cat({t, t}, 0);  // streams a and b equal
+      if (kv.key() == P.first + ".kv_proj.weight") t = torch::cat({t, t}, 0);  // streams a and b equal
     put(kv.key(), t);
   }
-  for (const auto& P : uniform) {
+  for (const auto& [P, S] : uniform) {
     put(P + ".gate_proj.weight", torch::zeros({2 * c.head_dim, c.d_model}));
-    put(P + ".position_bias", torch::zeros({c.stride, 2 * c.head_dim}));
+    put(P + ".position_bias", torch::zeros({S, 2 * c.head_dim}));
   }
   w.metadata("format", "kvphase.lm/1");
   w.metadata("schedule", c.schedule);

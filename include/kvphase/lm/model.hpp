@@ -20,7 +20,8 @@
 /// the attention output is rotated back by −t. NoPE (rope = false): no rotation anywhere.
 /// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
 /// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
-/// `offsets`), a causal low-pass of the compressor's input (`blur`, detail::causal_blur) and the
+/// `offsets`), per-head grids (`shift_heads`: query head h reads its own compressor on the grid
+/// (H·W, H·S) at origin φ0 + h·S, T/(H·S) entries per head), a causal low-pass of the compressor's input (`blur`, detail::causal_blur) and the
 /// gate entropy of the last forward (compressor_impl::track_entropy) for a loss term.
 ///
 /// Parameter names follow the Hugging Face deepseek_v4 layout read by compress/checkpoint.hpp
@@ -84,6 +85,10 @@ struct model_config {
   index_t origin = 0;         ///< φ0 of the compressor grids, in [0, stride) (0: the V4 grid)
   bool shift_layers = false;  ///< layer l's grid origin is (origin + ⌊l·S / L⌋) mod S (shifted grids)
   bool blur = false;          ///< low-pass the compressor's input along tokens (detail::causal_blur)
+  /// Per-head shifted grids at the same cache memory: query head h of a compressed layer reads
+  /// its own compressor on the grid (H·W, H·S) at origin layer_origin(l) + h·S, so the heads'
+  /// grids interleave and the layer still caches T/S entries (T/(H·S) per head).
+  bool shift_heads = false;
 
   /// Grid origin of layer l's compressor, in [0, stride).
   [[nodiscard]] index_t layer_origin(index_t l) const {
@@ -103,11 +108,13 @@ struct model_config {
     }
     return out;
   }
-  /// The compress:: operator of a layer of kind k at depth `layer` (its grid origin). The blur
-  /// is not part of it: compress:: pools the blurred rows (detail::causal_blur).
-  [[nodiscard]] compress::operator_spec layer_spec(layer_kind k, index_t layer = 0) const {
+  /// The compress:: operator of a layer of kind k at depth `layer` (its grid origin); with
+  /// shift_heads, of query head `head`'s compressor (grid (H·W, H·S), origin layer_origin + head·S).
+  /// The blur is not part of it: compress:: pools the blurred rows (detail::causal_blur).
+  [[nodiscard]] compress::operator_spec layer_spec(layer_kind k, index_t layer = 0, index_t head = 0) const {
     compress::operator_spec s;
-    s.grid = {.window = window, .stride = stride, .origin = layer_origin(layer)};
+    const index_t h = shift_heads ? heads : 1;
+    s.grid = {.window = h * window, .stride = h * stride, .origin = layer_origin(layer) + (shift_heads ? head * stride : 0)};
     s.pool = k == layer_kind::csa ? compress::pool_kind::two_stream
              : k == layer_kind::gated ? compress::pool_kind::channel_gate
                                       : compress::pool_kind::mean;
@@ -131,6 +138,9 @@ struct model_config {
     require(std::isfinite(rope_theta) && rope_theta > 1.0, "rope_theta", rope_theta, "must be finite and > 1");
     require(std::isfinite(rms_eps) && rms_eps > 0.0, "rms_eps", rms_eps, "must be finite and > 0");
     require(origin >= 0 && origin < stride, "origin", origin, "must be in [0, stride)");
+    require(!shift_heads || heads >= 2, "shift_heads", shift_heads, "needs heads >= 2 (heads = " + std::to_string(heads) + ")");
+    require(!shift_heads || heads * window <= 4096, "shift_heads", shift_heads,
+            "needs heads * window <= 4096 (heads = " + std::to_string(heads) + ", window = " + std::to_string(window) + ")");
     const auto ls = layers();
     require(!ls.empty() && ls.size() <= 64, "schedule", schedule, "must name 1 to 64 layers");
     for (layer_kind k : ls)
@@ -157,6 +167,7 @@ struct model_config {
     v("origin", origin);
     v("shift_layers", shift_layers);
     v("blur", blur);
+    v("shift_heads", shift_heads);
   }
 };
 
@@ -242,7 +253,8 @@ struct entry_layout {
 struct compressor_impl : torch::nn::Module {
   layer_kind kind = layer_kind::csa;
   model_config cfg;
-  index_t origin = 0;                                      // φ0 of this layer's grid
+  index_t window = 0, stride = 0;                          // this compressor's grid (cfg's, ×H with shift_heads)
+  index_t origin = 0;                                      // φ0 of this compressor's grid
   torch::nn::Linear kv_proj{nullptr}, gate_proj{nullptr};  // HF shapes [k·c, D]
   torch::Tensor position_bias;                             // [m, k·c]
   rms_norm kv_norm{nullptr};                               // [c]
@@ -251,22 +263,26 @@ struct compressor_impl : torch::nn::Module {
   bool track_entropy = false;
   torch::Tensor neg_entropy;
 
-  compressor_impl(const model_config& c, layer_kind k, index_t layer = 0)
-      : kind(k), cfg(c), origin(c.layer_origin(layer)) {
+  /// The compressor of layer `layer`'s kind k; with cfg.shift_heads, query head `head`'s.
+  compressor_impl(const model_config& c, layer_kind k, index_t layer = 0, index_t head = 0) : kind(k), cfg(c) {
+    const auto g = c.layer_spec(k, layer, head).grid;
+    window = g.window;
+    stride = g.stride;
+    origin = g.origin;
     const index_t C = c.head_dim, D = c.d_model;
     const index_t streams = k == layer_kind::csa ? 2 : 1;
     kv_proj = register_module("kv_proj", detail::linear(D, streams * C));
     if (k != layer_kind::uniform) {
       gate_proj = register_module("gate_proj", detail::linear(D, streams * C));
-      const index_t m = k == layer_kind::csa ? c.stride : c.window;
+      const index_t m = k == layer_kind::csa ? stride : window;
       position_bias = register_parameter("position_bias", torch::zeros({m, streams * C}));
     }
     kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
   }
 
-  /// The compress:: grid of this layer with its origin shifted by `shift`.
+  /// The compress:: grid of this compressor with its origin shifted by `shift`.
   [[nodiscard]] compress::chunk_grid grid(index_t shift = 0) const {
-    return {.window = cfg.window, .stride = cfg.stride, .origin = (origin + shift) % cfg.stride};
+    return {.window = window, .stride = stride, .origin = (origin + shift) % stride};
   }
 
   /// Complete entries of a sequence of T tokens on this layer's grid.
@@ -275,7 +291,7 @@ struct compressor_impl : torch::nn::Module {
   /// Entry layout for T tokens: this layer's grid (offsets undefined) or, per sequence b, the
   /// grid with origin shifted by offsets[b] ∈ [0, S) (int64 [B]).
   [[nodiscard]] entry_layout layout(index_t T, const torch::Tensor& offsets = {}) const {
-    const index_t W = cfg.window, S = cfg.stride;
+    const index_t W = window, S = stride;
     std::vector<std::int64_t> off{0};
     if (offsets.defined()) {
       auto o = offsets.to(torch::kLong).contiguous();
@@ -314,7 +330,7 @@ struct compressor_impl : torch::nn::Module {
   /// Entries [B, E, c] of x [B, T, D] on the layout L.
   torch::Tensor pool(const torch::Tensor& x_in, const entry_layout& L) {
     const auto x = cfg.blur ? detail::causal_blur(x_in) : x_in;
-    const index_t B = x.size(0), C = cfg.head_dim, W = cfg.window, S = cfg.stride;
+    const index_t B = x.size(0), C = cfg.head_dim, W = window, S = stride;
     const index_t R = L.src.size(0), E = L.src.size(1);
     auto r = torch::arange(W, torch::kLong).unsqueeze(0);
     auto valid = L.valid.reshape({R, E, W, 1});
@@ -380,7 +396,8 @@ struct attention_impl : torch::nn::Module {
   torch::nn::Linear q_proj{nullptr}, kv_proj{nullptr}, o_proj{nullptr};
   rms_norm kv_norm{nullptr};
   torch::Tensor sink;
-  compressor comp{nullptr};
+  compressor comp{nullptr};       ///< the layer's compressor (with shift_heads: head 0's)
+  std::vector<compressor> comps;  ///< every compressor: {comp}, or one per query head with shift_heads
 
   attention_impl(const model_config& c, layer_kind k, index_t layer = 0) : kind(k), cfg(c) {
     const index_t C = c.head_dim, D = c.d_model, H = c.heads;
@@ -389,7 +406,13 @@ struct attention_impl : torch::nn::Module {
     kv_norm = register_module("kv_norm", rms_norm(C, c.rms_eps));
     o_proj = register_module("o_proj", detail::linear(H * C, D));
     if (c.sink) sink = register_parameter("attn_sink", torch::zeros({H}));
-    if (k != layer_kind::full) comp = register_module("compressor", compressor(c, k, layer));
+    if (k != layer_kind::full) {
+      // head 0's compressor keeps the V4 name, so the checkpoint loader reads it as the layer's
+      comp = register_module("compressor", compressor(c, k, layer, 0));
+      comps.push_back(comp);
+      for (index_t h = 1; c.shift_heads && h < H; ++h)
+        comps.push_back(register_module("compressor_h" + std::to_string(h), compressor(c, k, layer, h)));
+    }
   }
 
   /// x [B, T, D] → [B, T, D]. `knock` ≥ 0 zeroes that head's output (ablations). `offsets`
@@ -407,22 +430,41 @@ struct attention_impl : torch::nn::Module {
     }
     auto t = pos.unsqueeze(1);
     auto j = pos.unsqueeze(0);
-    torch::Tensor keys = kv, allowed;
+    // kh [B, 1 or H, K, C]: the key/value rows (one set shared by the heads, or one per head
+    // with shift_heads); allowed broadcasts against the scores [B, H, T, K]
+    torch::Tensor kh = kv.unsqueeze(1), allowed;
     if (kind == layer_kind::full) {
       allowed = j.le(t);
     } else {
       allowed = j.le(t).logical_and(j.gt(t - cfg.raw_window));
-      const auto L = comp->layout(T, offsets);
-      auto ent = comp->pool(x, L);  // [B, E, C]
-      const index_t E = ent.size(1), R = L.last.size(0);
+      std::vector<entry_layout> Ls;
+      std::vector<torch::Tensor> ents;  // [B, E_h, C]
+      index_t E = 0;
+      for (auto& cp : comps) {
+        Ls.push_back(cp->layout(T, offsets));
+        ents.push_back(cp->pool(x, Ls.back()));
+        E = std::max<index_t>(E, ents.back().size(1));
+      }
+      const index_t R = Ls[0].last.size(0);
       if (E > 0) {
-        // [R, T, E + T]: entry e visible to t when its last source ≤ t, then the raw window
-        allowed = torch::cat({L.last.unsqueeze(1).le(t.unsqueeze(0)), allowed.unsqueeze(0).expand({R, T, T})}, 2);
-        allowed = allowed.unsqueeze(1);  // [R, 1, T, E + T] against scores [B, H, T, E + T]
-        keys = torch::cat({ent, kv}, 1);
+        // per compressor [R, T, E + T]: entry e visible to t when its last source ≤ t, then the
+        // raw window. A head whose grid has fewer entries gets never-visible zero rows.
+        std::vector<torch::Tensor> vis, rows;
+        for (std::size_t h = 0; h < comps.size(); ++h) {
+          auto last = Ls[h].last;
+          auto ent = ents[h];
+          const index_t pad = E - ent.size(1);
+          if (pad > 0) {
+            last = torch::cat({last, torch::full({R, pad}, std::numeric_limits<std::int64_t>::max() / 2, last.options())}, 1);
+            ent = torch::cat({ent, torch::zeros({B, pad, C}, ent.options())}, 1);
+          }
+          vis.push_back(torch::cat({last.unsqueeze(1).le(t.unsqueeze(0)), allowed.unsqueeze(0).expand({R, T, T})}, 2));
+          rows.push_back(torch::cat({ent, kv}, 1));
+        }
+        allowed = torch::stack(vis, 1);  // [R, 1 or H, T, E + T]
+        kh = torch::stack(rows, 1);      // [B, 1 or H, E + T, C]
       }
     }
-    auto kh = keys.unsqueeze(1);  // [B, 1, K, C]: one key/value row shared by the heads
     auto scores = torch::matmul(q, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
     scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
     torch::Tensor p;
@@ -533,10 +575,12 @@ inline double forward_macs(const model_config& c, index_t B, index_t T) {
     if (k == layer_kind::full) {
       keys = static_cast<double>(T);
     } else {
-      const double E = static_cast<double>(T / c.stride), W = static_cast<double>(c.window);
+      // with shift_heads: H compressors, each with T/(H·S) entries of H·W slots
+      const index_t G = c.shift_heads ? c.heads : 1;
+      const double E = static_cast<double>(T / (G * c.stride)), W = static_cast<double>(G * c.window);
       const double streams = k == layer_kind::csa ? 2.0 : 1.0;
-      macs += n * streams * C * D * (k == layer_kind::uniform ? 1.0 : 2.0);  // compressor projections
-      macs += static_cast<double>(B) * E * W * C * 2.0;                       // pooling
+      macs += G * n * streams * C * D * (k == layer_kind::uniform ? 1.0 : 2.0);  // compressor projections
+      macs += G * static_cast<double>(B) * E * W * C * 2.0;                     // pooling
       keys = static_cast<double>(T) + E;
     }
     macs += n * H * keys * C * 2.0;  // scores and mix

@@ -132,17 +132,20 @@ inline std::vector<std::vector<double>> slot_profiles(lm& model) {
   for (const auto& b : model->model->blocks) {
     const auto& a = b->self_attn;
     std::vector<double> prof;
-    if (a->comp && a->comp->position_bias.defined()) {
-      const index_t W = model->cfg.window, S = model->cfg.stride, C = model->cfg.head_dim;
-      auto pb = a->comp->position_bias.detach();
+    // with shift_heads: the mean over the heads' compressors (same slots, grids shifted by S)
+    for (const auto& cp : a->comps) {
+      if (!cp->position_bias.defined()) continue;
+      const index_t W = cp->window, C = model->cfg.head_dim;
+      auto pb = cp->position_bias.detach();
       torch::Tensor slots;  // [W, c]
-      if (a->comp->kind == layer_kind::csa)
+      if (cp->kind == layer_kind::csa)
         slots = torch::cat({pb.narrow(1, 0, C), pb.narrow(1, C, C)}, 0);  // rows 0..S-1 stream a, S..2S-1 stream b
       else
         slots = pb;
       auto p = torch::softmax(slots, 0).mean(1).to(torch::kFloat64).contiguous();
-      for (index_t r = 0; r < W; ++r) prof.push_back(p[r].item<double>());
-      (void)S;
+      prof.resize(static_cast<std::size_t>(W), 0.0);
+      for (index_t r = 0; r < W; ++r)
+        prof[static_cast<std::size_t>(r)] += p[r].item<double>() / static_cast<double>(a->comps.size());
     }
     out.push_back(std::move(prof));
   }
@@ -175,10 +178,11 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
   std::vector<compressor> tracked;  // gated compressors whose gate entropy enters the loss
   if (tc.gate_entropy > 0.0)
     for (auto& b : model->model->blocks)
-      if (b->self_attn->comp && b->self_attn->comp->gate_proj) {
-        b->self_attn->comp->track_entropy = true;
-        tracked.push_back(b->self_attn->comp);
-      }
+      for (auto& cp : b->self_attn->comps)
+        if (cp->gate_proj) {
+          cp->track_entropy = true;
+          tracked.push_back(cp);
+        }
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(tc.lr).weight_decay(tc.weight_decay));
   train_result r;
   const double step_macs = forward_macs(mc, tc.batch, d.length());
