@@ -373,14 +373,17 @@ def figures(runs, figs):
     withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
     if withprof:
         r = withprof[0]
-        layers = sorted({int(x["layer"]) for x in r["history"] if x["layer"] != ""})
-        fig, axes = plt.subplots(1, len(layers) + 1, figsize=(3.2 * (len(layers) + 1), 2.8), squeeze=False)
-        for ax, l in zip(axes[0], layers):
-            rows = [x for x in r["history"] if x["layer"] == str(l)]
+        # one panel per gated compressor: (layer, head), head "all" for a layer's one compressor
+        # (histories written before the head column have one per layer)
+        comps = sorted({(int(x["layer"]), x.get("head", "all")) for x in r["history"] if x["layer"] != ""},
+                       key=lambda c: (c[0], -1 if c[1] == "all" else int(c[1])))
+        fig, axes = plt.subplots(1, len(comps) + 1, figsize=(3.2 * (len(comps) + 1), 2.8), squeeze=False)
+        for ax, (l, h) in zip(axes[0], comps):
+            rows = [x for x in r["history"] if x["layer"] == str(l) and x.get("head", "all") == h]
             for s in sorted({int(x["slot"]) for x in rows}):
                 pts = sorted((int(x["step"]), float(x["slot_weight"])) for x in rows if x["slot"] == str(s))
                 ax.plot([a for a, _ in pts], [b for _, b in pts], marker=".", label=f"slot {s}")
-            ax.set_title(f"{r['preset']} seed {r['seed']}, layer {l}")
+            ax.set_title(f"{r['preset']} seed {r['seed']}, layer {l}" + ("" if h == "all" else f" head {h}"), fontsize=8)
             ax.set_xlabel("training step")
             ax.set_ylabel("mean softmax over slots of the bias")
             ax.legend(fontsize=6, ncol=2)

@@ -261,19 +261,18 @@ int main(int argc, char** argv) {
       std::ofstream f(out + "/lm_history.csv");
       io::csv_writer w(f);
       w.comment(header);
-      w.row({"preset", "seed", "step", "train_loss", "eval_loss", "eval_recall", "layer", "slot", "slot_weight"});
+      // head: "all" for a layer's one compressor, h for query head h's (shift_heads)
+      w.row({"preset", "seed", "step", "train_loss", "eval_loss", "eval_recall", "layer", "head", "slot", "slot_weight"});
       for (const auto& r : runs)
         for (const auto& s : r.r.history) {
-          bool any = false;
-          for (std::size_t l = 0; l < s.slot_profile.size(); ++l)
-            for (std::size_t q = 0; q < s.slot_profile[l].size(); ++q) {
-              any = true;
+          for (const auto& g : s.slot_profile)
+            for (std::size_t q = 0; q < g.weight.size(); ++q)
               w.row({r.preset, std::to_string(r.seed), std::to_string(s.step), fx(s.train_loss), fx(s.eval_loss),
-                     fx(s.eval_recall), std::to_string(l), std::to_string(q), fx(s.slot_profile[l][q])});
-            }
-          if (!any)
+                     fx(s.eval_recall), std::to_string(g.layer), g.head < 0 ? "all" : std::to_string(g.head),
+                     std::to_string(q), fx(g.weight[q])});
+          if (s.slot_profile.empty())
             w.row({r.preset, std::to_string(r.seed), std::to_string(s.step), fx(s.train_loss), fx(s.eval_loss),
-                   fx(s.eval_recall), "", "", ""});
+                   fx(s.eval_recall), "", "", "", ""});
         }
     }
     if (ablate) {

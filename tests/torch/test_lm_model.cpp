@@ -260,6 +260,24 @@ TEST_CASE("lm per-head grids: head h attends to its own compressor as a one-head
       REQUIRE((got.narrow(2, h * C, C) - got.narrow(2, (1 - h) * C, C)).abs().max().item<double>() > 1e-3);
     }
   }
+  // one gate slot profile per head's compressor, over its H·W slots
+  lm::model_config cfg;
+  cfg.schedule = "gated,full,gated";
+  cfg.window = 4;
+  cfg.shift_heads = true;
+  lm::lm m(cfg);
+  const auto prof = lm::slot_profiles(m);
+  REQUIRE(prof.size() == 4);
+  for (std::size_t i = 0; i < prof.size(); ++i) {
+    REQUIRE(prof[i].layer == (i < 2 ? 0 : 2));
+    REQUIRE(prof[i].head == static_cast<index_t>(i % 2));
+    REQUIRE(prof[i].weight.size() == 8);
+    double tot = 0.0;
+    for (double w : prof[i].weight) tot += w;
+    // float softmax over 8 slots (its weights sum to 1 within 8u), then a float mean over c
+    // channels (c more roundings): within (8 + c + 2)·u of 1
+    REQUIRE(std::abs(tot - 1.0) <= static_cast<double>(8 + cfg.head_dim + 2) * std::ldexp(1.0, -24));
+  }
 }
 
 TEST_CASE("lm causal blur equals a double reference, gate entropy of equal logits is -ln W", "[lm]") {

@@ -66,15 +66,22 @@ struct train_config {
   }
 };
 
+/// The content-free slot preference of one gated compressor: per slot, the mean over channels
+/// of the softmax over slots of its position bias.
+struct gate_profile {
+  index_t layer = 0;
+  index_t head = -1;  ///< -1: the layer's compressor; h ≥ 0: query head h's (model_config::shift_heads)
+  std::vector<double> weight;  ///< W values (the compressor's window)
+};
+
 /// One snapshot of training.
 struct snapshot {
   index_t step = 0;
   double train_loss = 0.0;  ///< mean over the steps since the previous snapshot
   double eval_loss = 0.0;
   double eval_recall = 0.0;
-  /// per compressed layer: mean over channels of softmax over slots of the position bias (the
-  /// content-free slot preference of its gate), W values; empty for full / uniform layers
-  std::vector<std::vector<double>> slot_profile;
+  /// one per gated compressor (layers in order, then heads); none for full / uniform layers
+  std::vector<gate_profile> slot_profile;
 };
 
 struct train_result {
@@ -125,15 +132,14 @@ inline phase_counts evaluate(lm& model, const data_config& d, std::uint64_t seed
   return pc;
 }
 
-/// Slot preference of each compressed layer's gate (see snapshot::slot_profile).
-inline std::vector<std::vector<double>> slot_profiles(lm& model) {
+/// Slot preference of each gated compressor (see gate_profile).
+inline std::vector<gate_profile> slot_profiles(lm& model) {
   torch::NoGradGuard ng;
-  std::vector<std::vector<double>> out;
-  for (const auto& b : model->model->blocks) {
-    const auto& a = b->self_attn;
-    std::vector<double> prof;
-    // with shift_heads: the mean over the heads' compressors (same slots, grids shifted by S)
-    for (const auto& cp : a->comps) {
+  std::vector<gate_profile> out;
+  for (std::size_t l = 0; l < model->model->blocks.size(); ++l) {
+    const auto& a = model->model->blocks[l]->self_attn;
+    for (std::size_t h = 0; h < a->comps.size(); ++h) {
+      const auto& cp = a->comps[h];
       if (!cp->position_bias.defined()) continue;
       const index_t W = cp->window, C = model->cfg.head_dim;
       auto pb = cp->position_bias.detach();
@@ -143,11 +149,12 @@ inline std::vector<std::vector<double>> slot_profiles(lm& model) {
       else
         slots = pb;
       auto p = torch::softmax(slots, 0).mean(1).to(torch::kFloat64).contiguous();
-      prof.resize(static_cast<std::size_t>(W), 0.0);
-      for (index_t r = 0; r < W; ++r)
-        prof[static_cast<std::size_t>(r)] += p[r].item<double>() / static_cast<double>(a->comps.size());
+      gate_profile g;
+      g.layer = static_cast<index_t>(l);
+      g.head = model->cfg.shift_heads ? static_cast<index_t>(h) : -1;
+      for (index_t r = 0; r < W; ++r) g.weight.push_back(p[r].item<double>());
+      out.push_back(std::move(g));
     }
-    out.push_back(std::move(prof));
   }
   return out;
 }
