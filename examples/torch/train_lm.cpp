@@ -60,7 +60,13 @@ const char* const preset_list =
     "blur or "
     "gate-entropy";
 
-preset_config preset(const std::string& name, const lm::model_config& base, double gate_entropy) {
+preset_config preset(const std::string& name, const lm::model_config& base, double gate_entropy,
+                     const std::string& schedule = "") {
+  if (!schedule.empty()) {  // --schedule: the preset's grid and options with these layer kinds
+    auto out = preset(name, base, gate_entropy);
+    out.model.schedule = schedule;
+    return out;
+  }
   preset_config out;
   lm::model_config& m = out.model;
   m = base;
@@ -115,7 +121,7 @@ struct run_record {
 int main(int argc, char** argv) {
   return cli::run("train_lm", [&]() -> int {
     CLI::App app{"train_lm: small LMs with compressed attention, recall per phase"};
-    std::string presets = "csa,full", out = "results/lm";
+    std::string presets = "csa,full", out = "results/lm", schedule;
     std::uint64_t seed = 1;
     index_t seeds = 1, layers = 2;
     bool ablate = false, quiet = false;
@@ -130,6 +136,9 @@ int main(int argc, char** argv) {
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");
     cli::add_int(app, "--seeds", seeds, 1, 64, "seeds per preset");
     cli::add_int(app, "--layers", layers, 1, 64, "layers");
+    app.add_option("--schedule", schedule,
+                   "layer kinds, comma-separated (full, csa, gated, uniform), replacing every preset's schedule; "
+                   "each preset keeps its grid and options (e.g. --preset csa --schedule csa,full)");
     cli::add_int(app, "--d-model", base.d_model, 4, 4096, "model width");
     cli::add_int(app, "--heads", base.heads, 1, 64, "query heads");
     cli::add_int(app, "--head-dim", base.head_dim, 4, 1024, "head width c (even)");
@@ -156,6 +165,14 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "output directory")->capture_default_str();
     if (auto rc = cli::parse(app, argc, argv, "train_lm")) return *rc;
     cli::check_writable_dir(out);
+    if (!schedule.empty()) {
+      lm::model_config probe;
+      probe.schedule = schedule;
+      const auto n = static_cast<index_t>(probe.layers().size());  // names a bad layer kind
+      require(app.count("--layers") == 0 || n == layers, "schedule", schedule,
+              "must name --layers = " + std::to_string(layers) + " layers (or leave --layers out)");
+      layers = n;
+    }
     {
       std::string s;
       for (index_t l = 0; l < layers; ++l) s += l ? ",full" : "full";
@@ -170,7 +187,7 @@ int main(int argc, char** argv) {
     }
     require(!names.empty(), "preset", presets, "must name at least one preset");
     for (const auto& n : names) {
-      const auto pc = preset(n, base, gate_entropy);
+      const auto pc = preset(n, base, gate_entropy, schedule);
       pc.model.validate();
       lm::train_config t = tc;
       t.random_origin = pc.random_origin;
@@ -188,7 +205,7 @@ int main(int argc, char** argv) {
         run_record rec;
         rec.preset = n;
         rec.seed = seed + static_cast<std::uint64_t>(k);
-        const auto pc = preset(n, base, gate_entropy);
+        const auto pc = preset(n, base, gate_entropy, schedule);
         rec.model = pc.model;
         rec.train = tc;
         rec.train.random_origin = pc.random_origin;
@@ -225,7 +242,7 @@ int main(int argc, char** argv) {
     cfg["gate_entropy"] = gate_entropy;
     // every preset's own field lists (model and training), so a row's preset names its config
     for (const auto& n : names) {
-      const auto pc = preset(n, base, gate_entropy);
+      const auto pc = preset(n, base, gate_entropy, schedule);
       lm::train_config t = tc;
       t.random_origin = pc.random_origin;
       t.gate_entropy = pc.gate_entropy;
