@@ -302,4 +302,9 @@ TEST_CASE("v4_params_loader gives a sweep a checkpoint layer's compressor, refus
   CHECK_THROWS_WITH(load(dir + "#3", other, D, 0), Catch::Contains("params_file") && Catch::Contains("W = 4, S = 4") &&
                                                       Catch::Contains("W = 8, S = 4"));
   CHECK_THROWS_WITH(load(dir + "#3", layer.compressor.spec, D, 1), Catch::Contains("head 0"));
+  // the argument's split: the last '#' separates the layer, which must be a whole index
+  CHECK(kc::split_params_file("a#b/ck#12") == std::pair<std::string, index_t>{"a#b/ck", 12});
+  CHECK(kc::split_params_file("ck.safetensors") == std::pair<std::string, index_t>{"ck.safetensors", 0});
+  for (const char* bad : {"ck#", "ck#-1", "ck#1x", "ck# 1", "ck#99999999999999999999", "#3", ""})
+    CHECK_THROWS_WITH(kc::split_params_file(bad), Catch::Contains("params_file") && Catch::Contains(bad));
 }

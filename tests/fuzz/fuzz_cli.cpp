@@ -7,6 +7,9 @@
 // The other inputs a command line brings in are fuzzed here too (one target, no extra CI time):
 //  - an input starting with "STUDY\n" is a study file (io::parse_study, --grid): it must parse
 //    or throw kvphase::error, and a parsed study maps every array task to a valid unit;
+//  - an input starting with "PARAMS\n" is a `--params-file` argument, PATH or PATH#LAYER
+//    (compress::split_params_file): a split keeps the text before the last '#' as the path and
+//    a non-negative layer, anything else is kvphase::error;
 //  - lines "ENV NAME=VALUE" are a launcher's environment for `--shard auto`
 //    (sim::shard_from_environment): a result is a valid shard, anything else kvphase::error.
 #include <cstdint>
@@ -17,6 +20,7 @@
 
 #include <map>
 
+#include <kvphase/compress/params_kind.hpp>
 #include <kvphase/io/study.hpp>
 
 #include "cli_common.hpp"
@@ -33,6 +37,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         kvphase::fuzz::check(unit >= 0 && unit < st.units() && shard >= 0 && shard < st.shards, "task maps into the study");
         (void)st.unit_label(unit);
       }
+    });
+    return 0;
+  }
+  if (text.starts_with("PARAMS\n")) {
+    const std::string_view arg = text.substr(7);
+    kvphase::fuzz::expect_result_or_error([&] {
+      const auto [path, layer] = kvphase::compress::split_params_file(arg);
+      const auto h = arg.rfind('#');
+      kvphase::fuzz::check(!path.empty() && layer >= 0, "a split has a path and a non-negative layer");
+      kvphase::fuzz::check(h == std::string_view::npos ? (path == arg && layer == 0) : path == arg.substr(0, h),
+                           "the path is the text before the last '#'");
     });
     return 0;
   }

@@ -262,15 +262,7 @@ v4_layer<Real> load_v4_layer(const io::safetensors_checkpoint& ck, index_t layer
 template <class Real>
 params_loader<Real> v4_params_loader() {
   return [](const std::string& arg, const operator_spec& spec, index_t d, index_t head) -> pool_params<Real> {
-    std::string path = arg;
-    index_t layer = 0;
-    if (const auto h = arg.rfind('#'); h != std::string::npos) {
-      path = arg.substr(0, h);
-      const std::string t = arg.substr(h + 1);
-      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), layer);
-      require(ec == std::errc() && end == t.data() + t.size() && !t.empty() && layer >= 0, "params_file", arg,
-              "the part after '#' must be a layer index (a non-negative integer)");
-    }
+    const auto [path, layer] = split_params_file(arg);
     require(head == 0, "params_file", arg, "a checkpoint layer's compressor is one compression head (head 0)");
     const io::safetensors_checkpoint ck(path);
     auto L = load_v4_layer<Real>(ck, layer, v4_options_for(path));

@@ -2,10 +2,13 @@
 /// \file compress/params_kind.hpp
 /// Which compressor parameters a sweep measures (the recipes are in compress/presets.hpp).
 
+#include <charconv>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/types.hpp"
 
 namespace kvphase::compress {
 
@@ -41,6 +44,24 @@ inline void parse(std::string_view s, params_kind& out) {
       return;
     }
   fail("params", std::string(s), "must be random, identity, planted-early, planted-middle, planted-late or file");
+}
+
+/// Splits a parameter-file argument "PATH" or "PATH#LAYER" (model_config::params_file) into the
+/// path and the layer index (0 without '#'; the last '#' separates them, so a path may hold '#').
+/// Throws kvphase::error naming params_file when the part after '#' is not a non-negative integer
+/// that fits an index or when the path is empty.
+inline std::pair<std::string, index_t> split_params_file(std::string_view arg) {
+  std::string_view path = arg;
+  index_t layer = 0;
+  if (const auto h = arg.rfind('#'); h != std::string_view::npos) {
+    path = arg.substr(0, h);
+    const std::string_view t = arg.substr(h + 1);
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), layer);
+    require(ec == std::errc() && end == t.data() + t.size() && !t.empty() && layer >= 0, "params_file",
+            std::string(arg), "the part after '#' must be a layer index (a non-negative integer)");
+  }
+  require(!path.empty(), "params_file", std::string(arg), "must name a checkpoint file or directory before any '#'");
+  return {std::string(path), layer};
 }
 
 }  // namespace kvphase::compress
