@@ -60,11 +60,19 @@ const char* const preset_list =
     "blur or "
     "gate-entropy";
 
+/// --grid W,S (0, 0: the preset's own) and --schedule (empty: the preset's own) override a
+/// preset's grid and layer kinds and keep everything else.
+struct preset_override {
+  std::string schedule;
+  index_t window = 0, stride = 0;
+};
+
 preset_config preset(const std::string& name, const lm::model_config& base, double gate_entropy,
-                     const std::string& schedule = "") {
-  if (!schedule.empty()) {  // --schedule: the preset's grid and options with these layer kinds
+                     const preset_override& o = {}) {
+  if (!o.schedule.empty() || o.stride > 0) {
     auto out = preset(name, base, gate_entropy);
-    out.model.schedule = schedule;
+    if (!o.schedule.empty()) out.model.schedule = o.schedule;
+    if (o.stride > 0) out.model.window = o.window, out.model.stride = o.stride;
     return out;
   }
   preset_config out;
@@ -121,7 +129,9 @@ struct run_record {
 int main(int argc, char** argv) {
   return cli::run("train_lm", [&]() -> int {
     CLI::App app{"train_lm: small LMs with compressed attention, recall per phase"};
-    std::string presets = "csa,full", out = "results/lm", schedule;
+    std::string presets = "csa,full", out = "results/lm";
+    preset_override over;
+    std::vector<index_t> grid;
     std::uint64_t seed = 1;
     index_t seeds = 1, layers = 2;
     bool ablate = false, quiet = false;
@@ -136,7 +146,11 @@ int main(int argc, char** argv) {
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");
     cli::add_int(app, "--seeds", seeds, 1, 64, "seeds per preset");
     cli::add_int(app, "--layers", layers, 1, 64, "layers");
-    app.add_option("--schedule", schedule,
+    app.add_option("--grid", grid,
+                   "W,S: every preset's compressor window and stride instead of its own (e.g. --preset hca-s4 --grid 8,8)")
+        ->expected(2)
+        ->delimiter(',');
+    app.add_option("--schedule", over.schedule,
                    "layer kinds, comma-separated (full, csa, gated, uniform), replacing every preset's schedule; "
                    "each preset keeps its grid and options (e.g. --preset csa --schedule csa,full)");
     cli::add_int(app, "--d-model", base.d_model, 4, 4096, "model width");
@@ -165,6 +179,13 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "output directory")->capture_default_str();
     if (auto rc = cli::parse(app, argc, argv, "train_lm")) return *rc;
     cli::check_writable_dir(out);
+    if (!grid.empty()) {
+      require(grid[0] >= 1 && grid[1] >= 1 && grid[0] >= grid[1], "grid", std::to_string(grid[0]) + "," + std::to_string(grid[1]),
+              "must be W,S with W >= S >= 1");
+      over.window = grid[0];
+      over.stride = grid[1];
+    }
+    const std::string& schedule = over.schedule;
     if (!schedule.empty()) {
       lm::model_config probe;
       probe.schedule = schedule;
@@ -187,7 +208,7 @@ int main(int argc, char** argv) {
     }
     require(!names.empty(), "preset", presets, "must name at least one preset");
     for (const auto& n : names) {
-      const auto pc = preset(n, base, gate_entropy, schedule);
+      const auto pc = preset(n, base, gate_entropy, over);
       pc.model.validate();
       lm::train_config t = tc;
       t.random_origin = pc.random_origin;
@@ -205,7 +226,7 @@ int main(int argc, char** argv) {
         run_record rec;
         rec.preset = n;
         rec.seed = seed + static_cast<std::uint64_t>(k);
-        const auto pc = preset(n, base, gate_entropy, schedule);
+        const auto pc = preset(n, base, gate_entropy, over);
         rec.model = pc.model;
         rec.train = tc;
         rec.train.random_origin = pc.random_origin;
@@ -242,7 +263,7 @@ int main(int argc, char** argv) {
     cfg["gate_entropy"] = gate_entropy;
     // every preset's own field lists (model and training), so a row's preset names its config
     for (const auto& n : names) {
-      const auto pc = preset(n, base, gate_entropy, schedule);
+      const auto pc = preset(n, base, gate_entropy, over);
       lm::train_config t = tc;
       t.random_origin = pc.random_origin;
       t.gate_entropy = pc.gate_entropy;
