@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
     app.add_option("--grid", grid,
                    "W,S: every preset's compressor window and stride instead of its own (e.g. --preset hca-s4 --grid 8,8)")
         ->expected(2)
-        ->delimiter(',');
+        ->delimiter(',')
+        ->transform(cli::integer<index_t>(1, 4096));
     app.add_option("--schedule", over.schedule,
                    "layer kinds, comma-separated (full, csa, gated, uniform), replacing every preset's schedule; "
                    "each preset keeps its grid and options (e.g. --preset csa --schedule csa,full)");
@@ -180,17 +181,16 @@ int main(int argc, char** argv) {
     if (auto rc = cli::parse(app, argc, argv, "train_lm")) return *rc;
     cli::check_writable_dir(out);
     if (!grid.empty()) {
-      require(grid[0] >= 1 && grid[1] >= 1 && grid[0] >= grid[1], "grid", std::to_string(grid[0]) + "," + std::to_string(grid[1]),
-              "must be W,S with W >= S >= 1");
+      require(grid[0] >= grid[1], "grid", std::to_string(grid[0]) + "," + std::to_string(grid[1]),
+              "must be W,S with W >= S");
       over.window = grid[0];
       over.stride = grid[1];
     }
-    const std::string& schedule = over.schedule;
-    if (!schedule.empty()) {
+    if (!over.schedule.empty()) {
       lm::model_config probe;
-      probe.schedule = schedule;
+      probe.schedule = over.schedule;
       const auto n = static_cast<index_t>(probe.layers().size());  // names a bad layer kind
-      require(app.count("--layers") == 0 || n == layers, "schedule", schedule,
+      require(app.count("--layers") == 0 || n == layers, "schedule", over.schedule,
               "must name --layers = " + std::to_string(layers) + " layers (or leave --layers out)");
       layers = n;
     }

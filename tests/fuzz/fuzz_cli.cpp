@@ -96,6 +96,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   app.add_option("--query-noise", noise);
   app.add_option("--logit-scale", scale);
   app.add_option("--gate-bias", bias)->delimiter(',');
+  // the project's own validators (cli_common.hpp) on a fixed-length integer list and a real
+  std::vector<std::int64_t> grid;
+  double lr = 0.0;
+  app.add_option("--grid", grid)->expected(2)->delimiter(',')->transform(kvphase::cli::integer<std::int64_t>(1, 4096));
+  app.add_option("--lr", lr)->transform(kvphase::cli::real(1e-6, 0.5));
   app.add_option("--task", task)->check(CLI::IsMember({"needle", "kv-pairs", "padding"}));
   app.add_option("--shard", shard);
   app.add_option("--out,-o", out);
@@ -103,6 +108,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   app.add_option("inputs", inputs);
   const auto status = kvphase::cli::parse(app, static_cast<int>(args.size()), argv.data(), "kvphase-fuzz");
   kvphase::fuzz::check(!status || *status == 0 || *status == 2, "cli::parse exits 0 or 2");
+  if (!status) {
+    kvphase::fuzz::check(grid.empty() || (grid.size() == 2 && grid[0] >= 1 && grid[0] <= 4096 && grid[1] >= 1 && grid[1] <= 4096),
+                         "an accepted --grid is two integers in [1, 4096]");
+    kvphase::fuzz::check(lr == 0.0 || (lr >= 1e-6 && lr <= 0.5), "an accepted --lr is in [1e-6, 0.5]");
+  }
   if (!status && shard != "auto")  // the --shard value through the one i/N parser
     kvphase::fuzz::expect_result_or_error([&] { (void)kvphase::cli::resolve_shard(shard); });
   return 0;

@@ -47,6 +47,19 @@ torch::Tensor blur_reference(const torch::Tensor& x) {
   return y;
 }
 
+// A one-layer config of kind k on the stride-4 grid (W = 8 for csa, 4 for gated: HCA) with
+// rows of d_model channels, heads of width c and rope_dim rotated channels.
+lm::model_config small_config(lm::layer_kind k, index_t d_model, index_t c, index_t rope_dim) {
+  lm::model_config cfg;
+  cfg.d_model = d_model;
+  cfg.head_dim = c;
+  cfg.rope_dim = rope_dim;
+  cfg.stride = 4;
+  cfg.window = k == lm::layer_kind::csa ? 8 : 4;
+  cfg.schedule = lm::to_string(k);
+  return cfg;
+}
+
 // Largest |torch − compress::| allowed for one compressor's entries (see the first test case):
 // 2·γ_n·(1 + max|logit|)·max|out|·√c, with n = D + 2W + c + 4 (+ 3 for the blur's two adds
 // and one division before the projection).
@@ -145,14 +158,8 @@ TEST_CASE("lm per-sequence grid offsets equal compress:: at each sequence's orig
   torch::manual_seed(5);
   torch::NoGradGuard ng;
   for (const auto kind : {lm::layer_kind::gated, lm::layer_kind::csa}) {
-    lm::model_config cfg;
-    cfg.d_model = 24;
-    cfg.head_dim = 8;
-    cfg.rope_dim = 4;
-    cfg.stride = 4;
-    cfg.window = kind == lm::layer_kind::csa ? 8 : 4;
+    lm::model_config cfg = small_config(kind, 24, 8, 4);
     cfg.origin = 1;
-    cfg.schedule = lm::to_string(kind);
     lm::compressor comp(cfg, kind);
     comp->position_bias.normal_(0.0, 1.0);
     comp->gate_proj->weight.mul_(3.0);
@@ -185,14 +192,8 @@ TEST_CASE("lm per-head grids: head h attends to its own compressor as a one-head
   torch::manual_seed(11);
   torch::NoGradGuard ng;
   for (const auto kind : {lm::layer_kind::gated, lm::layer_kind::csa}) {
-    lm::model_config cfg;
+    lm::model_config cfg = small_config(kind, 32, 16, 8);  // d_model = H·c: o_proj can be the identity
     cfg.heads = 2;
-    cfg.head_dim = 16;
-    cfg.d_model = 32;  // = H·c, so o_proj can be the identity
-    cfg.rope_dim = 8;
-    cfg.stride = 4;
-    cfg.window = kind == lm::layer_kind::csa ? 8 : 4;
-    cfg.schedule = lm::to_string(kind);
     cfg.shift_heads = true;
     cfg.validate();
     const index_t H = cfg.heads, C = cfg.head_dim, T = 37, B = 2;

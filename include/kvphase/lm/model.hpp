@@ -21,8 +21,9 @@
 /// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
 /// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
 /// `offsets`), per-head grids (`shift_heads`: query head h reads its own compressor on the grid
-/// (H·W, H·S) at origin φ0 + h·S, T/(H·S) entries per head), a causal low-pass of the compressor's input (`blur`, detail::causal_blur) and the
-/// gate entropy of the last forward (compressor_impl::track_entropy) for a loss term.
+/// (H·W, H·S) at origin φ0 + h·S, T/(H·S) entries per head), a causal low-pass of the
+/// compressor's input (`blur`, detail::causal_blur) and the gate entropy of the last forward
+/// (compressor_impl::track_entropy) for a loss term.
 ///
 /// Parameter names follow the Hugging Face deepseek_v4 layout read by compress/checkpoint.hpp
 /// (model.layers.L.self_attn.compressor.{kv_proj.weight, gate_proj.weight, position_bias,
@@ -461,8 +462,9 @@ struct attention_impl : torch::nn::Module {
           vis.push_back(torch::cat({last.unsqueeze(1).le(t.unsqueeze(0)), allowed.unsqueeze(0).expand({R, T, T})}, 2));
           rows.push_back(torch::cat({ent, kv}, 1));
         }
-        allowed = torch::stack(vis, 1);  // [R, 1 or H, T, E + T]
-        kh = torch::stack(rows, 1);      // [B, 1 or H, E + T, C]
+        // [R, 1 or H, T, E + T] and [B, 1 or H, E + T, C]; one compressor: views, no copy
+        allowed = vis.size() == 1 ? vis[0].unsqueeze(1) : torch::stack(vis, 1);
+        kh = rows.size() == 1 ? rows[0].unsqueeze(1) : torch::stack(rows, 1);
       }
     }
     auto scores = torch::matmul(q, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
