@@ -14,6 +14,8 @@
 // training sequence in [0, S), evaluated at origin 0), blur (causal [1, 2, 1]/4 low-pass of the
 // compressor's input), gate-entropy (hca-s4 plus λ · the mean negative gate entropy in the
 // loss, λ = --gate-entropy).
+// --stop-recall R ends a run at the first snapshot with eval recall ≥ R, on the --steps schedule
+// (a twin stopped at a matched accuracy); lm_summary.json records steps_trained.
 //
 // Writes to --out: lm_phase.csv (recall per phase group with Wilson intervals), lm_history.csv
 // (loss, recall and gate slot profiles over training), lm_ablation.csv (recall per phase with
@@ -175,6 +177,8 @@ int main(int argc, char** argv) {
     cli::add_int(app, "--threads", tc.threads, 1, 1024, "torch threads");
     cli::add_real(app, "--gate-entropy", gate_entropy, 0.0, 100.0,
                   "λ of the gate-entropy preset: loss + λ · mean negative gate entropy");
+    cli::add_real(app, "--stop-recall", tc.stop_recall, 0.0, 1.0,
+                  "stop after the first snapshot with eval recall >= this (0: off; the schedule stays --steps')");
     app.add_flag("--ablate", ablate, "knock out each head and layer and evaluate again");
     app.add_flag("--quiet", quiet, "no progress line");
     app.add_option("--out", out, "output directory")->capture_default_str();
@@ -354,6 +358,7 @@ int main(int argc, char** argv) {
       j["period_p"] = r.period.p;
       j["period_test"] = r.period.test;
       j["uniformity_p"] = r.uniform.p;
+      j["steps_trained"] = r.r.steps_done;
       j["train_seconds"] = r.r.seconds;
       j["train_cpu_seconds"] = r.r.cpu_seconds;
       j["tokens_per_cpu_second"] = tps;

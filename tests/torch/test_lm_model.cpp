@@ -410,6 +410,59 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
   REQUIRE(r.history.front().train_loss > r.history.back().train_loss);
 }
 
+TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, on the full run's schedule", "[lm]") {
+  lm::data_config d;
+  d.context = 32;
+  d.pairs = 4;
+  d.queries = 4;
+  d.keys = 8;
+  d.values = 8;
+  d.filler = 4;
+  lm::model_config m;
+  m.vocab = d.vocab();
+  m.d_model = 32;
+  m.heads = 2;
+  m.head_dim = 16;
+  m.mlp_hidden = 64;
+  m.rope_dim = 8;
+  m.schedule = "csa,full";
+  lm::train_config t;
+  t.steps = 60;
+  t.batch = 16;
+  t.eval_every = 10;
+  t.eval_sequences = 64;
+  t.threads = 1;
+  const auto full = lm::train(m, d, t, 5);
+  REQUIRE(full.steps_done == 60);
+  REQUIRE(full.history.size() == 7);  // steps 1, 10, …, 60
+  // a target first reached at a middle snapshot: the best recall of snapshots 1..3, stopping at
+  // the first snapshot that reaches it
+  double target = 0.0;
+  for (std::size_t i = 1; i <= 3; ++i) target = std::max(target, full.history[i].eval_recall);
+  std::size_t first = 0;
+  while (full.history[first].eval_recall < target) ++first;
+  INFO("target " << target << ", first reached at step " << full.history[first].step);
+  lm::train_config ts = t;
+  ts.stop_recall = target;
+  const auto cut = lm::train(m, d, ts, 5);
+  REQUIRE(cut.steps_done == full.history[first].step);
+  REQUIRE(cut.history.size() == first + 1);
+  // the same steps, losses and recalls as the full run up to the stop: the learning rate
+  // followed the 60-step schedule, not one of steps_done
+  for (std::size_t i = 0; i <= first; ++i) {
+    REQUIRE(cut.history[i].step == full.history[i].step);
+    REQUIRE(cut.history[i].train_loss == full.history[i].train_loss);
+    REQUIRE(cut.history[i].eval_loss == full.history[i].eval_loss);
+  }
+  REQUIRE(cut.tokens == static_cast<double>(cut.steps_done * t.batch * d.length()));
+  lm::train_config bad = t;
+  bad.stop_recall = 1.5;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("stop_recall"));
+  bad.stop_recall = 0.5;
+  bad.eval_every = 0;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("eval_every > 0"));
+}
+
 TEST_CASE("lm data: pairs, queries and the filler gap, the same draws for any gap and batch split", "[lm]") {
   lm::data_config d;
   d.context = 24;

@@ -37,6 +37,10 @@ struct train_config {
   /// λ of the gate-entropy term: loss = cross-entropy + λ · mean over gated compressed layers of
   /// the mean Σ_r a_r·log a_r of their gate softmax (compressor_impl::neg_entropy). 0: off.
   double gate_entropy = 0.0;
+  /// Early stop at a matched accuracy: training ends after the first snapshot (every
+  /// eval_every steps) whose eval recall is ≥ stop_recall; the learning-rate schedule is still
+  /// the one of `steps`, so a run that stops is the `steps`-step run cut short. 0: off.
+  double stop_recall = 0.0;
   void validate() const {
     require(steps >= 1 && steps <= 10000000, "steps", steps, "must be in [1, 10^7]");
     require(batch >= 1 && batch <= 65536, "batch", batch, "must be in [1, 65536]");
@@ -49,6 +53,10 @@ struct train_config {
     require(threads >= 1 && threads <= 1024, "threads", threads, "must be in [1, 1024]");
     require(std::isfinite(gate_entropy) && gate_entropy >= 0.0 && gate_entropy <= 100.0, "gate_entropy", gate_entropy,
             "must be in [0, 100]");
+    require(std::isfinite(stop_recall) && stop_recall >= 0.0 && stop_recall <= 1.0, "stop_recall", stop_recall,
+            "must be in [0, 1] (0: off)");
+    require(stop_recall == 0.0 || eval_every > 0, "stop_recall", stop_recall,
+            "needs snapshots to test it at (eval_every > 0)");
   }
   template <class V>
   void visit_fields(V&& v) {
@@ -63,6 +71,7 @@ struct train_config {
     v("threads", threads, fields::not_keyed);
     v("random_origin", random_origin);
     v("gate_entropy", gate_entropy);
+    v("stop_recall", stop_recall);
   }
 };
 
@@ -91,6 +100,7 @@ struct train_result {
   double cpu_seconds = 0.0;  ///< CPU time of this process during the training steps
   double tokens = 0.0;    ///< training tokens processed
   double macs = 0.0;      ///< forward multiply-adds of the training steps (lm::forward_macs)
+  index_t steps_done = 0; ///< steps trained: train_config::steps, or fewer after a stop_recall stop
 };
 
 /// Counter-based stream id of the grid offsets (distinct from the data splits 0 and 1).
@@ -242,9 +252,13 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     run += l;
     ++since;
     if (progress) progress(step + 1, tc.steps, l);
-    if (step == 0 || (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0)) snap(step + 1);
+    r.steps_done = step + 1;
+    if (step == 0 || (tc.eval_every > 0 && (step + 1) % tc.eval_every == 0)) {
+      snap(step + 1);
+      if (tc.stop_recall > 0.0 && r.history.back().eval_recall >= tc.stop_recall) break;
+    }
   }
-  if (r.history.empty() || r.history.back().step != tc.steps) snap(tc.steps);
+  if (r.history.empty() || r.history.back().step != r.steps_done) snap(r.steps_done);
   r.eval = evaluate(model, d, seed, tc.eval_sequences);
   if (trained) *trained = model;
   return r;
