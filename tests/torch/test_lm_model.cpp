@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include <unistd.h>
@@ -338,6 +339,56 @@ TEST_CASE("lm checkpoint is read by the V4 loader like a real model", "[lm]") {
     INFO("layer " << l << ": max |torch - loaded| = " << (got - want).cwiseAbs().maxCoeff() << ", tolerance " << tol);
     REQUIRE((got - want).cwiseAbs().maxCoeff() <= tol);
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lm checkpoint of per-head grids: every head's compressor stored, head 0's loaded on its grid", "[lm]") {
+  torch::manual_seed(13);
+  torch::NoGradGuard ng;
+  lm::model_config cfg = small_config(lm::layer_kind::gated, 32, 16, 8);  // W = S = 4
+  cfg.schedule = "gated,full";
+  cfg.heads = 2;
+  cfg.shift_heads = true;
+  cfg.validate();
+  lm::lm m(cfg);
+  auto& comps = m->model->blocks[0]->self_attn->comps;
+  REQUIRE(comps.size() == 2);
+  for (auto& cp : comps) cp->position_bias.normal_(0.0, 1.0);
+  const auto dir = std::filesystem::temp_directory_path() / ("kvphase_lm_heads_ckpt_" + std::to_string(::getpid()));
+  lm::save_checkpoint(m, dir.string());
+  const io::safetensors_checkpoint ck((dir / "model.safetensors").string());
+  // every head's compressor tensors, bit for bit (F32 of an F32 model)
+  for (std::size_t h = 0; h < comps.size(); ++h) {
+    const std::string P = "model.layers.0.self_attn.compressor" + (h ? "_h" + std::to_string(h) : std::string());
+    for (const auto& [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{
+             {P + ".kv_proj.weight", comps[h]->kv_proj->weight},
+             {P + ".gate_proj.weight", comps[h]->gate_proj->weight},
+             {P + ".position_bias", comps[h]->position_bias},
+             {P + ".kv_norm.weight", comps[h]->kv_norm->weight}}) {
+      INFO(name);
+      REQUIRE(ck.contains(name));
+      const auto v = ck.values<float>(name);
+      const auto c = t.contiguous();
+      REQUIRE(v.size() == static_cast<std::size_t>(c.numel()));
+      REQUIRE(std::equal(v.begin(), v.end(), c.data_ptr<float>()));
+    }
+  }
+  REQUIRE(!ck.contains("model.layers.0.self_attn.compressor_h2.position_bias"));
+  // the loader reads head 0's compressor on head 0's grid (H·W, H·S) = (8, 8) at origin 0
+  const auto opt = compress::v4_options_for((dir / "model.safetensors").string());
+  const auto L = compress::load_v4_layer<float>(ck, 0, opt);
+  REQUIRE(L.compressor.spec.grid.window == cfg.heads * cfg.window);
+  REQUIRE(L.compressor.spec.grid.stride == cfg.heads * cfg.stride);
+  auto x = torch::randn({1, 41, cfg.d_model});
+  const auto got = rows_of(comps[0]->forward(x));
+  const auto want = compress::compress<float>(L.compressor.spec, L.compressor.params, rows_of(x));
+  REQUIRE(want.rows() == got.rows());
+  const double tol = compressor_tolerance(comps[0], x, want);
+  INFO("max |torch - loaded| = " << (got - want).cwiseAbs().maxCoeff() << ", tolerance " << tol);
+  REQUIRE((got - want).cwiseAbs().maxCoeff() <= tol);
+  std::ifstream cj(dir / "config.json");
+  const auto js = nlohmann::json::parse(cj);
+  REQUIRE(js.at("kvphase").at("shift_heads").get<bool>());
   std::filesystem::remove_all(dir);
 }
 
