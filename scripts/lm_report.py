@@ -24,6 +24,7 @@ large. The permutation p is (1 + #{T* >= T}) / (B + 1).
 e.g. the last key position of the context with --modulus = context; runs whose modulus is too
 small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
 every group, are then shown as "-").
+A run ended early by train_lm --stop-recall is labelled "(stopped at step N of M)".
 --edges: for runs with at least 16 groups, the misses at the last three key positions that have
 queries and at all the others.
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
@@ -125,6 +126,13 @@ def load_run(d):
     return runs
 
 
+def stopped(r):
+    """' (stopped at step N of M)' for a run ended by train_lm --stop-recall, else ''."""
+    s = r["summary"]
+    n, m = s.get("steps_trained"), s.get("train", {}).get("steps")
+    return f" (stopped at step {n} of {m})" if n is not None and m is not None and n < m else ""
+
+
 def fmt_p(p):
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
@@ -157,7 +165,7 @@ def tables(runs, B, drop=()):
         if note and note != " (drop n/a)":
             pp = up = "-"  # train_lm's tests saw every group
         cells = [fmt_p(nt[P][1]) if P in nt else "-" for P in (2, 4, 8)] + [fmt_p(nt[P][2]) if P in nt else "-" for P in (4, 8)]
-        print(f"| {r['preset']}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
+        print(f"| {r['preset']}{stopped(r)}{note} | {r['seed']} | {H / T:.4f} [{lo:.4f}, {hi:.4f}] | {s['eval_loss']:.3f} | {S} | {pp} | "
               f"{up} | {' | '.join(cells)} | {per} |")
         by_preset.setdefault(r["preset"], []).append((H / T, h8, t8))
     print()
@@ -307,7 +315,7 @@ def mitigation_tables(runs, B, P, drop=()):
         xp = fmt_p(nt[P][1]) if P in nt else "-"
         per = " ".join(f"{a / b:.3f}" if b else "-" for a, b in zip(hp, tp))
         lab = "yes" if ok else f"**no** (eval loss {s['eval_loss']:.3f} vs ln(values) = {bound:.3f})"
-        print(f"| {r['preset']} | {r['seed']} | {lab} | {cv} | {mean:.4f} [{lo:.4f}, {hi:.4f}] | "
+        print(f"| {r['preset']}{stopped(r)} | {r['seed']} | {lab} | {cv} | {mean:.4f} [{lo:.4f}, {hi:.4f}] | "
               f"{worst}: {hp[worst] / tp[worst]:.4f} [{wl:.4f}, {wh:.4f}] | {gap:.4f} [{glo:.4f}, {ghi:.4f}] | {xp} | {per} |")
         if ok:
             by_preset.setdefault(r["preset"], []).append((mean, hp[worst] / tp[worst], gap, h, t))
@@ -433,53 +441,108 @@ def figures(runs, figs):
         plt.close(fig)
 
 
+class InputError(Exception):
+    """A run directory's file is missing, unreadable or inconsistent (exit 2, naming the file)."""
+
+
+def check_run(path, r):
+    """Refuses a run whose counts cannot be recall counts: equal-length lists of integers with
+    0 <= hits <= trials (a file edited or cut short must not give a silently wrong table)."""
+    h, t = r.get("hits"), r.get("trials")
+    if not isinstance(h, list) or not isinstance(t, list) or len(h) != len(t) or not t:
+        raise InputError(f"{path}: run {r.get('preset')} seed {r.get('seed')}: hits and trials must be "
+                         "non-empty lists of equal length")
+    for g, (a, b) in enumerate(zip(h, t)):
+        if not (isinstance(a, int) and isinstance(b, int)) or isinstance(a, bool) or isinstance(b, bool) \
+                or not 0 <= a <= b <= 2 ** 53:
+            raise InputError(f"{path}: run {r.get('preset')} seed {r.get('seed')}: group {g} has hits = {a}, "
+                             f"trials = {b}; must be integers with 0 <= hits <= trials <= 2^53")
+    for k in ("preset", "seed", "model", "eval_loss"):
+        if k not in r:
+            raise InputError(f"{path}: run {r.get('preset')} seed {r.get('seed')}: has no '{k}'")
+    m = r["model"]
+    if not isinstance(m, dict) or not isinstance(m.get("schedule"), str) or not isinstance(m.get("stride"), int) \
+            or isinstance(m.get("stride"), bool) or m["stride"] < 1:
+        raise InputError(f"{path}: run {r.get('preset')} seed {r.get('seed')}: 'model' must hold a schedule (text) "
+                         "and a stride (integer >= 1)")
+
+
+def load_checked(d):
+    if not os.path.isdir(d):
+        raise InputError(f"{d}: is not a directory (a train_lm --out directory)")
+    path = os.path.join(d, "lm_summary.json")
+    try:
+        summary = json.load(open(path))
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})")
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: is not JSON ({e.msg} at line {e.lineno})")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: is not UTF-8 text (byte {e.start})")
+    if not isinstance(summary, dict) or not isinstance(summary.get("runs"), list) or not summary["runs"]:
+        raise InputError(f"{path}: must be a train_lm summary with a non-empty 'runs' list")
+    for r in summary["runs"]:
+        if not isinstance(r, dict):
+            raise InputError(f"{path}: every entry of 'runs' must be an object")
+        check_run(path, r)
+    try:
+        return load_run(d)
+    except OSError as e:
+        raise InputError(f"{e.filename}: cannot be read ({e.strerror})")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise InputError(f"{d}: a file lacks a field train_lm writes or has a malformed one ({e!r})")
+
+
 def main(argv):
-    args = argv[1:]
-    figs, B, drop = None, 9999, ()
-    if "--drop" in args:
-        i = args.index("--drop")
-        drop = tuple(int(g) for g in args[i + 1].split(","))
-        del args[i:i + 2]
-    if "--figs" in args:
-        i = args.index("--figs")
-        figs = args[i + 1]
-        del args[i:i + 2]
-    if "--permutations" in args:
-        i = args.index("--permutations")
-        B = int(args[i + 1])
-        del args[i:i + 2]
-    if "--edges" in args:
-        args.remove("--edges")
-    mitigation, P = False, 4
-    if "--mitigation" in args:
-        args.remove("--mitigation")
-        mitigation = True
-    if "--phase-mod" in args:
-        i = args.index("--phase-mod")
-        P = int(args[i + 1])
-        del args[i:i + 2]
-    if "-h" in args or "--help" in args:
-        print(__doc__)
-        return 0
-    unknown = [a for a in args if a.startswith("-")]
-    if unknown:
-        print(f"lm_report: unknown option '{unknown[0]}' (see --help)", file=sys.stderr)
-        return 2
-    if not args:
-        print(__doc__, file=sys.stderr)
-        return 2
+    import argparse
+    ap = argparse.ArgumentParser(prog="lm_report.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train_lm --out directories")
+    ap.add_argument("--figs", metavar="FIG_DIR", help="write the figures there")
+
+    def positive(x):
+        v = int(x)
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{x} must be an integer >= 1")
+        return v
+
+    def groups(x):
+        try:
+            v = tuple(int(g) for g in x.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x!r} must be a comma list of group numbers")
+        if any(g < 0 for g in v):
+            raise argparse.ArgumentTypeError(f"{x!r}: group numbers must be >= 0")
+        return v
+
+    ap.add_argument("--permutations", type=positive, default=9999, metavar="B")
+    ap.add_argument("--drop", type=groups, default=(), metavar="G,G,...")
+    ap.add_argument("--edges", action="store_true")
+    ap.add_argument("--mitigation", action="store_true")
+    ap.add_argument("--phase-mod", type=positive, default=4, metavar="P")
+    a = ap.parse_args(argv[1:])  # a bad option or value: argparse names it and exits 2
     runs = []
-    for d in args:
-        runs.extend(load_run(d))
-    if mitigation:
-        mitigation_tables(runs, B, P, drop)
-        return 0
-    tables(runs, B, drop)
-    if "--edges" in argv:
-        edge_table(runs)
-    ablation_tables(runs, B)
-    if figs:
-        figures(runs, figs)
+    try:
+        for d in a.runs:
+            runs.extend(load_checked(d))
+    except InputError as e:
+        print(f"lm_report: {e}", file=sys.stderr)
+        return 2
+    try:
+        if a.mitigation:
+            mitigation_tables(runs, a.permutations, a.phase_mod, a.drop)
+            return 0
+        tables(runs, a.permutations, a.drop)
+        if a.edges:
+            edge_table(runs)
+        ablation_tables(runs, a.permutations)
+        if a.figs:
+            figures(runs, a.figs)
+    except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError) as e:
+        # a CSV row of lm_phase / lm_history / lm_ablation with a missing or non-numeric cell
+        print(f"lm_report: a file in {', '.join(a.runs)} has a missing or malformed field ({e!r}); "
+              "the files must be train_lm's own", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -34,6 +34,13 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/plot_check.py ${PROJECT_SOURCE_DIR}/scripts
             ${CMAKE_CURRENT_BINARY_DIR}/plot_check)
   set_tests_properties(scripts.plot_check PROPERTIES LABELS "unit;scripts" SKIP_RETURN_CODE 77)
+  # scripts/lm_report.py on two stored train_lm runs (tests/data/lm_runs): its numbers against
+  # the files, the stopped-run label, exit 2 on bad options and files, and a seeded mutation
+  # fuzz of the files (report or refuse, never a traceback). Skipped (77) without numpy.
+  add_test(NAME scripts.lm_report_check
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/lm_report_check.py ${PROJECT_SOURCE_DIR}/scripts
+            ${CMAKE_CURRENT_SOURCE_DIR}/data/lm_runs ${CMAKE_CURRENT_BINARY_DIR}/lm_report_check)
+  set_tests_properties(scripts.lm_report_check PROPERTIES LABELS "unit;scripts" SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
 
 # the programs that `cmake --install` puts in bin/ run from there (kvphase-plot is a link into

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Checks scripts/lm_report.py on two small train_lm runs stored in tests/data/lm_runs (run by ctest):
+
+    lm_report_check.py <scripts dir> <data dir> <output dir>
+
+The runs (files only, no checkpoints) were written by
+    train_lm --preset csa --seeds 2 --steps 40 --eval-every 10 --ablate ...
+    train_lm --preset full --seeds 1 --steps 60 --eval-every 10 --stop-recall 0.13 ...
+both with --context 32 --pairs 4 --queries 4 --keys 8 --values 8 --gap 4 --modulus 32 --eval 128.
+Checks, against numbers recomputed here from the files:
+- every run's row gives its mean recall, sum(hits) / sum(trials), and the stopped run is labelled
+  with the step it stopped at;
+- --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values);
+- --figs writes the three figures (when matplotlib is present);
+- bad options and bad files exit 2 with a message naming the option or the file;
+- a seeded mutation fuzz of the files (JSON values replaced, CSV bytes flipped, cut or inserted):
+  lm_report either reports (exit 0) or refuses (exit 2), never a traceback.
+Exits 77 (skipped) when numpy is missing.
+"""
+import contextlib
+import copy
+import io
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+scripts, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    import numpy  # noqa: F401
+except ImportError:
+    print("lm_report_check: numpy missing, skipped")
+    sys.exit(77)
+sys.path.insert(0, scripts)
+import lm_report  # noqa: E402
+
+report = os.path.join(scripts, "lm_report.py")
+runs = [os.path.join(data, "csa"), os.path.join(data, "full_stop")]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, report, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+# ---- tables: mean recall and the stop label, from the files ----
+rc, text, err = run(*runs, "--permutations", "199", "--edges")
+check(rc == 0, f"default tables exit 0 (got {rc}: {err})")
+rows = [ln for ln in text.splitlines() if ln.startswith("| ")]
+for d in runs:
+    summary = json.load(open(os.path.join(d, "lm_summary.json")))
+    for r in summary["runs"]:
+        m = sum(r["hits"]) / sum(r["trials"])
+        label = r["preset"]
+        if r["steps_trained"] < r["train"]["steps"]:
+            label += f" (stopped at step {r['steps_trained']} of {r['train']['steps']})"
+        row = [x for x in rows if x.startswith(f"| {label} | {r['seed']} | ")]
+        check(len(row) >= 1, f"a row for {label} seed {r['seed']}")
+        if row:
+            check(f"{m:.4f} [" in row[0], f"{label} seed {r['seed']}: mean recall {m:.4f} in {row[0][:80]}")
+check(any(x.startswith("| full (stopped at step 20 of 60) | 1 |") for x in rows), "the stopped full run's label")
+check(any(x.startswith("| csa | 2 | ") for x in rows), "the per-preset row of csa over 2 seeds")
+
+# ---- --mitigation: learned iff eval loss + 5 SE < ln(values) ----
+rc, text, err = run(*runs, "--mitigation", "--permutations", "199")
+check(rc == 0, f"--mitigation exits 0 (got {rc}: {err})")
+for d in runs:
+    summary = json.load(open(os.path.join(d, "lm_summary.json")))
+    values = summary["provenance"]["config"]["data"]["values"]
+    for r in summary["runs"]:
+        learned = r["eval_loss"] + 5 * r["eval_loss_se"] < math.log(values)
+        row = [x for x in text.splitlines() if x.startswith(f"| {r['preset']}") and f" | {r['seed']} | " in x
+               and "eval loss by step" not in x]
+        check(bool(row), f"a mitigation row for {r['preset']} seed {r['seed']}")
+        if row:
+            check((" | yes | " in row[0]) == learned, f"{r['preset']} seed {r['seed']}: learned = {learned} in {row[0][:90]}")
+
+# ---- figures ----
+figs = os.path.join(out, "figs")
+shutil.rmtree(figs, ignore_errors=True)
+try:
+    import matplotlib  # noqa: F401
+    have_mpl = True
+except ImportError:
+    have_mpl = False
+if have_mpl:
+    rc, text, err = run(*runs, "--permutations", "19", "--figs", figs)
+    check(rc == 0, f"--figs exits 0 (got {rc}: {err})")
+    for f in ("lm_phase.png", "lm_gates.png", "lm_ablation.png"):
+        p = os.path.join(figs, f)
+        check(os.path.exists(p) and os.path.getsize(p) > 1000, f"figure {f} written")
+
+# ---- bad options and files: exit 2, naming the option or the file ----
+os.makedirs(out, exist_ok=True)
+bad = os.path.join(out, "bad")
+
+
+def bad_copy(edit_summary=None, summary_text=None):
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(runs[0], bad)
+    p = os.path.join(bad, "lm_summary.json")
+    if summary_text is not None:
+        open(p, "w").write(summary_text)
+    elif edit_summary is not None:
+        s = json.load(open(p))
+        edit_summary(s)
+        json.dump(s, open(p, "w"))
+    return bad
+
+
+def hits_above_trials(s):
+    s["runs"][0]["hits"][3] = s["runs"][0]["trials"][3] + 1
+
+
+for name, args, expect in [
+    ("permutations 0", [runs[0], "--permutations", "0"], "--permutations"),
+    ("permutations text", [runs[0], "--permutations", "x"], "--permutations"),
+    ("drop text", [runs[0], "--drop", "a,b"], "--drop"),
+    ("unknown option", [runs[0], "--nothing"], "--nothing"),
+    ("no run", [], "RUN_DIR"),
+    ("missing dir", [os.path.join(out, "no_such_run")], "no_such_run: is not a directory"),
+    ("not JSON", [bad_copy(summary_text="{ not json")], "lm_summary.json: is not JSON"),
+]:
+    rc, text, err = run(*args)
+    check(rc == 2 and expect in err, f"{name}: exit 2 naming '{expect}' (got {rc}: {err.strip()[-200:]})")
+rc, text, err = run(bad_copy(edit_summary=hits_above_trials))
+check(rc == 2 and "lm_summary.json" in err and "0 <= hits <= trials" in err,
+      f"hits above trials: exit 2 naming the file and the rule (got {rc}: {err.strip()})")
+
+# ---- mutation fuzz: report or refuse, never a traceback ----
+rng = random.Random(1)
+base = {f: open(os.path.join(runs[0], f), "rb").read() for f in os.listdir(runs[0])}
+summary0 = json.loads(base["lm_summary.json"])
+junk = [None, -1, 0, 1, 2.5, 1e308, float("nan"), "", "x", True, [], {}, [1, 2], {"a": 1}, 10 ** 30]
+
+
+def paths(v, prefix=()):
+    yield prefix
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from paths(x, prefix + (k,))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            yield from paths(x, prefix + (i,))
+
+
+all_paths = [p for p in paths(summary0) if p]
+cases = 0
+outcomes = {}
+for i in range(1000):
+    files = dict(base)
+    kind = rng.randrange(3)
+    if kind == 0:  # a JSON value replaced by one of another type or range
+        s = copy.deepcopy(summary0)
+        p = rng.choice(all_paths)
+        tgt = s
+        for k in p[:-1]:
+            tgt = tgt[k]
+        tgt[p[-1]] = rng.choice(junk)
+        files["lm_summary.json"] = json.dumps(s, allow_nan=True).encode()
+        what = f"summary {p} -> {tgt[p[-1]]!r}"
+    else:  # bytes of one CSV (or the JSON) flipped, cut or inserted
+        f = rng.choice(sorted(files))
+        b = bytearray(files[f])
+        for _ in range(rng.randint(1, 4)):
+            j = rng.randrange(len(b))
+            op = rng.randrange(3)
+            if op == 0:
+                b[j] = rng.randrange(256)
+            elif op == 1:
+                del b[j:j + rng.randint(1, 64)]
+            else:
+                b[j:j] = rng.choice([b",", b"\n", b"-", b"nan", b"\"", b"9999999", b"#"])
+        files[f] = bytes(b)
+        what = f"bytes of {f}"
+    d = os.path.join(out, "fuzz")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for f, b in files.items():
+        open(os.path.join(d, f), "wb").write(b)
+    args = ["lm_report.py", d, "--permutations", "9"] + (["--mitigation"] if i % 2 else ["--edges"])
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            rc = lm_report.main(args)
+    except SystemExit as e:
+        rc = e.code
+    except Exception as e:  # a traceback: the defect this fuzz looks for
+        rc = f"{type(e).__name__}: {e}"
+    check(rc in (0, 2), f"fuzz case {i} ({what}): exit 0 or 2, got {rc}")
+    cases += 1
+    outcomes[rc if rc in (0, 2) else "other"] = outcomes.get(rc if rc in (0, 2) else "other", 0) + 1
+print(f"lm_report_check: {cases} fuzz cases: {outcomes.get(0, 0)} reported, {outcomes.get(2, 0)} refused")
+# most mutations leave a readable file: the fuzz must reach the tables, not stop at the loader
+check(outcomes.get(0, 0) >= cases // 4, "at least a quarter of the fuzz cases reach the tables")
+
+if failures:
+    print(f"lm_report_check: {len(failures)} failures")
+    sys.exit(1)
+print("lm_report_check: all checks passed")
