@@ -14,6 +14,8 @@
 // training sequence in [0, S), evaluated at origin 0), blur (causal [1, 2, 1]/4 low-pass of the
 // compressor's input), gate-entropy (hca-s4 plus λ · the mean negative gate entropy in the
 // loss, λ = --gate-entropy).
+// --top-k K adds a lightning indexer (top-K entries per query, lm/model.hpp) to every compressed
+// layer of every preset; --indexer-heads, --indexer-dim and --indexer-weight set it.
 // --stop-recall R ends a run at the first snapshot with eval recall ≥ R, on the --steps schedule
 // (a twin stopped at a matched accuracy); lm_summary.json records steps_trained.
 //
@@ -162,6 +164,11 @@ int main(int argc, char** argv) {
     cli::add_int(app, "--mlp", base.mlp_hidden, 1, 65536, "MLP hidden width");
     cli::add_int(app, "--rope-dim", base.rope_dim, 2, 1024, "rotated channels");
     cli::add_int(app, "--raw-window", base.raw_window, 1, 1 << 20, "raw tokens seen by a compressed layer");
+    cli::add_int(app, "--top-k", base.top_k, 0, 1 << 20,
+                 "lightning indexer on every compressed layer: entries kept per query (0: none)");
+    cli::add_int(app, "--indexer-heads", base.indexer_heads, 1, 256, "indexer heads H_I");
+    cli::add_int(app, "--indexer-dim", base.indexer_dim, 2, 4096, "indexer width d_I (even, >= --rope-dim)");
+    cli::add_real(app, "--indexer-weight", tc.indexer_weight, 0.0, 100.0, "weight of the indexer KL term in the loss");
     cli::add_int(app, "--context", data.context, 2, 1 << 20, "context tokens");
     cli::add_int(app, "--pairs", data.pairs, 1, 1 << 16, "key-value pairs in the context");
     cli::add_int(app, "--queries", data.queries, 1, 1 << 16, "queries per sequence");
@@ -304,17 +311,18 @@ int main(int argc, char** argv) {
       io::csv_writer w(f);
       w.comment(header);
       // head: "all" for a layer's one compressor, h for query head h's (shift_heads)
-      w.row({"preset", "seed", "step", "train_loss", "eval_loss", "eval_recall", "layer", "head", "slot", "slot_weight"});
+      w.row({"preset", "seed", "step", "train_loss", "eval_loss", "eval_recall", "indexer_kl", "layer", "head", "slot",
+             "slot_weight"});
       for (const auto& r : runs)
         for (const auto& s : r.r.history) {
           for (const auto& g : s.slot_profile)
             for (std::size_t q = 0; q < g.weight.size(); ++q)
               w.row({r.preset, std::to_string(r.seed), std::to_string(s.step), fx(s.train_loss), fx(s.eval_loss),
-                     fx(s.eval_recall), std::to_string(g.layer), g.head < 0 ? "all" : std::to_string(g.head),
+                     fx(s.eval_recall), fx(s.indexer_kl), std::to_string(g.layer), g.head < 0 ? "all" : std::to_string(g.head),
                      std::to_string(q), fx(g.weight[q])});
           if (s.slot_profile.empty())
             w.row({r.preset, std::to_string(r.seed), std::to_string(s.step), fx(s.train_loss), fx(s.eval_loss),
-                   fx(s.eval_recall), "", "", "", ""});
+                   fx(s.eval_recall), fx(s.indexer_kl), "", "", "", ""});
         }
     }
     if (ablate) {

@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
+#include <sstream>
 
 #include <unistd.h>
 
+#include "kvphase/attention/select.hpp"
 #include "kvphase/compress/checkpoint.hpp"
 #include "kvphase/compress/pool.hpp"
 #include "kvphase/lm/checkpoint.hpp"
@@ -282,6 +285,132 @@ TEST_CASE("lm per-head grids: head h attends to its own compressor as a one-head
   }
 }
 
+TEST_CASE("lm indexer: top-k selection equals attention::csa_select, the KL trains only the indexer", "[lm]") {
+  torch::manual_seed(17);
+  for (const auto kind : {lm::layer_kind::csa, lm::layer_kind::gated}) {
+    lm::model_config cfg = small_config(kind, 32, 16, 8);
+    cfg.heads = 2;
+    cfg.top_k = 2;
+    cfg.indexer_heads = 3;
+    cfg.indexer_dim = 8;
+    cfg.validate();
+    const index_t B = 2, T = 37, HI = cfg.indexer_heads, dI = cfg.indexer_dim;
+    lm::attention att(cfg, kind, 0);
+    att->to(torch::kFloat64);
+    {
+      torch::NoGradGuard ng;
+      for (auto& cp : {att->comp, att->idx->comp}) {
+        cp->position_bias.normal_(0.0, 1.0);
+        cp->kv_norm->weight.normal_(1.0, 0.3);
+      }
+    }
+    auto x = torch::randn({B, T, cfg.d_model}, torch::kFloat64);
+    torch::Tensor got, sel;
+    {
+      torch::NoGradGuard ng;
+      got = att->forward(x);
+      sel = att->selected;
+    }
+    const index_t E = att->comp->entries(T);
+    REQUIRE(sel.sizes() == torch::IntArrayRef({B, T, E}));
+    // the reference selection: attention::csa_select on the same index queries (rotated at t,
+    // as the layer rotates them), head weights and index keys, per sequence
+    torch::NoGradGuard ng;
+    auto pos = torch::arange(T, torch::kLong);
+    auto [cs, sn] = lm::detail::rope_tables(pos, cfg.rope_dim, cfg.rope_theta);
+    auto qi = att->idx->q_proj->forward(x).reshape({B, T, HI, dI});
+    qi = lm::detail::apply_rope(qi.permute({0, 2, 1, 3}), cs.to(torch::kFloat64), sn.to(torch::kFloat64), cfg.rope_dim)
+             .permute({0, 2, 1, 3})
+             .reshape({B, T, HI * dI});
+    auto wi = att->idx->weights_proj->forward(x) / std::sqrt(static_cast<double>(HI));
+    auto ki = att->idx->comp->forward(x);
+    auto dmat = [](const torch::Tensor& t) {  // [n, m] double → Eigen
+      auto c = t.contiguous();
+      matrix_t<double> m(c.size(0), c.size(1));
+      std::memcpy(m.data(), c.data_ptr<double>(), sizeof(double) * static_cast<std::size_t>(m.size()));
+      return m;
+    };
+    std::vector<index_t> positions(static_cast<std::size_t>(T));
+    std::iota(positions.begin(), positions.end(), index_t(0));
+    index_t partial = 0;  // queries that see more than top_k entries
+    for (index_t b = 0; b < B; ++b) {
+      const auto lists = attention::csa_select<double>(dmat(qi[b]), dmat(wi[b]), dmat(ki[b]), att->comp->grid(), positions,
+                                                       attention::indexer_params{.heads = HI, .top_k = cfg.top_k});
+      for (index_t t = 0; t < T; ++t) {
+        std::vector<bool> want(static_cast<std::size_t>(E), false);
+        for (index_t e : lists.of(t)) want[static_cast<std::size_t>(e)] = true;
+        partial += att->comp->grid().num_visible(t) > cfg.top_k;
+        for (index_t e = 0; e < E; ++e) {
+          INFO(lm::to_string(kind) << " b " << b << " t " << t << " e " << e);
+          REQUIRE(sel[b][t][e].item<bool>() == want[static_cast<std::size_t>(e)]);
+        }
+      }
+    }
+    REQUIRE(partial > 0);
+    // every visible entry kept (top_k ≥ E): bit for bit the layer without an indexer
+    lm::model_config all = cfg;
+    all.top_k = E;
+    lm::attention wide(all, kind, 0);
+    lm::model_config off = cfg;
+    off.top_k = 0;
+    lm::attention plain(off, kind, 0);
+    wide->to(torch::kFloat64);
+    plain->to(torch::kFloat64);
+    {
+      auto src = att->named_parameters();
+      for (auto& kv : wide->named_parameters()) kv.value().copy_(src[kv.key()]);
+      for (auto& kv : plain->named_parameters()) kv.value().copy_(src[kv.key()]);
+    }
+    const auto y_all = wide->forward(x), y_plain = plain->forward(x);
+    REQUIRE(torch::equal(y_all, y_plain));
+    // with top_k = 2, a query that sees at most 2 entries gets the plain output; the others differ
+    index_t same = 0, differ = 0;
+    for (index_t t = 0; t < T; ++t) {
+      const bool eq = torch::equal(got.narrow(1, t, 1), y_plain.narrow(1, t, 1));
+      if (att->comp->grid().num_visible(t) <= cfg.top_k) {
+        INFO("t " << t);
+        REQUIRE(eq);
+        ++same;
+      } else {
+        differ += !eq;
+      }
+    }
+    INFO(same << " queries with <= top_k entries, " << differ << " of " << T - same << " others differ");
+    REQUIRE(differ == T - same);
+  }
+  // the KL term: finite, >= 0, its gradient reaches the indexer and nothing else
+  lm::model_config cfg = small_config(lm::layer_kind::csa, 32, 16, 8);
+  cfg.top_k = 2;
+  cfg.indexer_dim = 8;
+  lm::attention att(cfg, lm::layer_kind::csa, 0);
+  auto x = torch::randn({2, 37, cfg.d_model}, torch::requires_grad());
+  att->forward(x);
+  const double kl = att->indexer_kl.item<double>();
+  INFO("indexer KL " << kl);
+  REQUIRE(std::isfinite(kl));
+  REQUIRE(kl > 0.0);
+  att->indexer_kl.backward();
+  index_t reached = 0;
+  for (const auto& kv : att->named_parameters()) {
+    const bool in_indexer = kv.key().rfind("indexer.", 0) == 0;
+    const auto& g = kv.value().grad();
+    const bool nonzero = g.defined() && g.abs().sum().item<double>() > 0.0;
+    INFO(kv.key());
+    if (in_indexer) reached += nonzero;
+    else REQUIRE(!nonzero);
+  }
+  REQUIRE(reached >= 3);  // q_proj, weights_proj and the index-key compressor's projection
+  REQUIRE((!x.grad().defined() || x.grad().abs().sum().item<double>() == 0.0));
+  // rules
+  lm::model_config bad = cfg;
+  bad.indexer_dim = 4;  // < rope_dim 8
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("indexer_dim"));
+  bad = cfg;
+  bad.heads = 2;
+  bad.shift_heads = true;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("shift_heads"));
+}
+
 TEST_CASE("lm causal blur equals a double reference, gate entropy of equal logits is -ln W", "[lm]") {
   torch::manual_seed(9);
   torch::NoGradGuard ng;
@@ -400,16 +529,19 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   struct setting {
     const char* sched;
     bool shift = false, blur = false, offsets = false, heads = false;
+    index_t topk = 0;
   };
   for (const setting st :
        {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"}, setting{"gated,gated", true},
         setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true},
-        setting{"gated,csa", false, false, true, true}}) {
+        setting{"gated,csa", false, false, true, true}, setting{"csa,gated", false, false, true, false, 2}}) {
     lm::model_config cfg;
     cfg.schedule = st.sched;
     cfg.shift_layers = st.shift;
     cfg.blur = st.blur;
     cfg.shift_heads = st.heads;
+    cfg.top_k = st.topk;
+    if (st.topk) cfg.indexer_dim = cfg.rope_dim;
     if (std::string(st.sched) == "gated,gated") cfg.window = 4;
     lm::lm m(cfg);
     if (st.shift) REQUIRE(m->model->blocks[1]->self_attn->comp->origin == cfg.stride / 2);  // ⌊1·S/2⌋
@@ -420,7 +552,8 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
     auto tok2 = tok.clone();
     tok2.index_put_({0, 25}, (tok[0][25].item<std::int64_t>() + 1) % cfg.vocab);
     auto b = m->forward(tok2, -1, -1, off);
-    INFO(st.sched << " shift " << st.shift << " blur " << st.blur << " offsets " << st.offsets << " heads " << st.heads);
+    INFO(st.sched << " shift " << st.shift << " blur " << st.blur << " offsets " << st.offsets << " heads " << st.heads
+                  << " top_k " << st.topk);
     REQUIRE(torch::equal(a.narrow(1, 0, 25), b.narrow(1, 0, 25)));
     REQUIRE(!torch::equal(a.narrow(1, 25, 1), b.narrow(1, 25, 1)));
   }
@@ -512,6 +645,40 @@ TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, 
   bad.stop_recall = 0.5;
   bad.eval_every = 0;
   REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("eval_every > 0"));
+}
+
+TEST_CASE("lm quick run with an indexer: the indexer's KL to the dense attention falls", "[lm]") {
+  lm::data_config d;
+  d.context = 32;
+  d.pairs = 4;
+  d.queries = 4;
+  d.keys = 8;
+  d.values = 8;
+  d.filler = 4;
+  lm::model_config m;
+  m.vocab = d.vocab();
+  m.d_model = 32;
+  m.heads = 2;
+  m.head_dim = 16;
+  m.mlp_hidden = 64;
+  m.rope_dim = 8;
+  m.schedule = "csa,csa";
+  m.top_k = 2;
+  m.indexer_dim = 8;
+  lm::train_config t;
+  t.steps = 150;
+  t.batch = 16;
+  t.eval_every = 50;
+  t.eval_sequences = 64;
+  t.threads = 1;
+  const auto r = lm::train(m, d, t, 3);
+  std::ostringstream curve;
+  for (const auto& s : r.history) curve << s.step << ":" << s.indexer_kl << " ";
+  INFO("indexer KL by snapshot " << curve.str());
+  REQUIRE(r.history.size() == 4);  // steps 1, 50, 100, 150
+  for (const auto& s : r.history) REQUIRE((std::isfinite(s.indexer_kl) && s.indexer_kl >= 0.0));
+  // the mean over steps 101–150 against step 1's: the indexer learns the attention it selects for
+  REQUIRE(r.history.back().indexer_kl < 0.5 * r.history.front().indexer_kl);
 }
 
 TEST_CASE("lm data: pairs, queries and the filler gap, the same draws for any gap and batch split", "[lm]") {

@@ -18,6 +18,13 @@
 /// H query heads of width c. RoPE rotates adjacent pairs of the last rope_dim channels
 /// (compress/position.hpp); queries at t, raw keys at their position, entries at their anchor;
 /// the attention output is rotated back by −t. NoPE (rope = false): no rotation anywhere.
+/// Lightning indexer (`top_k` > 0, any compressed layer; DeepSeek-V4 CSA, as attention::csa_select):
+/// index scores I(t, e) = Σ_h w_h(t)·ReLU(⟨q_h(t), K_e⟩/√dI) over the entries visible at t, with
+/// q = x·W_q (H_I heads of d_I), w = x·W_w/√H_I and index keys K from the layer's own compressor
+/// kind on the same grid with d_I channels; the query sees its top_k entries (ties: the lower
+/// entry) and the raw window. Selection has no gradient: the indexer is trained by
+/// attention_impl::indexer_kl, the KL divergence from the layer's dense attention over the
+/// visible entries (summed over heads, detached) to softmax(I), on the detached layer input.
 /// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
 /// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
 /// `offsets`), per-head grids (`shift_heads`: query head h reads its own compressor on the grid
@@ -90,6 +97,10 @@ struct model_config {
   /// its own compressor on the grid (H·W, H·S) at origin layer_origin(l) + h·S, so the heads'
   /// grids interleave and the layer still caches T/S entries (T/(H·S) per head).
   bool shift_heads = false;
+  /// Lightning indexer of every compressed layer: 0 off; > 0 entries kept per query.
+  index_t top_k = 0;
+  index_t indexer_heads = 2;  ///< H_I
+  index_t indexer_dim = 16;   ///< d_I (≥ rope_dim with RoPE: the index keys are rotated too)
 
   /// Grid origin of layer l's compressor, in [0, stride).
   [[nodiscard]] index_t layer_origin(index_t l) const {
@@ -142,6 +153,13 @@ struct model_config {
     require(!shift_heads || heads >= 2, "shift_heads", shift_heads, "needs heads >= 2 (heads = " + std::to_string(heads) + ")");
     require(!shift_heads || heads * window <= 4096, "shift_heads", shift_heads,
             "needs heads * window <= 4096 (heads = " + std::to_string(heads) + ", window = " + std::to_string(window) + ")");
+    require(top_k >= 0 && top_k <= 1 << 20, "top_k", top_k, "must be in [0, 2^20] (0: no indexer)");
+    require(indexer_heads >= 1 && indexer_heads <= 256, "indexer_heads", indexer_heads, "must be in [1, 256]");
+    require(indexer_dim >= 2 && indexer_dim <= 4096 && indexer_dim % 2 == 0, "indexer_dim", indexer_dim,
+            "must be even, in [2, 4096]");
+    require(top_k == 0 || !rope || rope_dim <= indexer_dim, "indexer_dim", indexer_dim,
+            "must be >= rope_dim = " + std::to_string(rope_dim) + " (the index keys and queries are rotated)");
+    require(top_k == 0 || !shift_heads, "top_k", top_k, "cannot be combined with shift_heads (one indexer per layer grid)");
     const auto ls = layers();
     require(!ls.empty() && ls.size() <= 64, "schedule", schedule, "must name 1 to 64 layers");
     for (layer_kind k : ls)
@@ -169,6 +187,9 @@ struct model_config {
     v("shift_layers", shift_layers);
     v("blur", blur);
     v("shift_heads", shift_heads);
+    v("top_k", top_k);
+    v("indexer_heads", indexer_heads);
+    v("indexer_dim", indexer_dim);
   }
 };
 
@@ -256,6 +277,7 @@ struct compressor_impl : torch::nn::Module {
   model_config cfg;
   index_t window = 0, stride = 0;                          // this compressor's grid (cfg's, ×H with shift_heads)
   index_t origin = 0;                                      // φ0 of this compressor's grid
+  index_t channels = 0;                                    // c of its entries (head_dim; indexer_dim for index keys)
   torch::nn::Linear kv_proj{nullptr}, gate_proj{nullptr};  // HF shapes [k·c, D]
   torch::Tensor position_bias;                             // [m, k·c]
   rms_norm kv_norm{nullptr};                               // [c]
@@ -265,12 +287,15 @@ struct compressor_impl : torch::nn::Module {
   torch::Tensor neg_entropy;
 
   /// The compressor of layer `layer`'s kind k; with cfg.shift_heads, query head `head`'s.
-  compressor_impl(const model_config& c, layer_kind k, index_t layer = 0, index_t head = 0) : kind(k), cfg(c) {
+  /// `out_channels` > 0: entries of that width (the indexer's keys), else head_dim.
+  compressor_impl(const model_config& c, layer_kind k, index_t layer = 0, index_t head = 0, index_t out_channels = 0)
+      : kind(k), cfg(c) {
     const auto g = c.layer_spec(k, layer, head).grid;
     window = g.window;
     stride = g.stride;
     origin = g.origin;
-    const index_t C = c.head_dim, D = c.d_model;
+    channels = out_channels > 0 ? out_channels : c.head_dim;
+    const index_t C = channels, D = c.d_model;
     const index_t streams = k == layer_kind::csa ? 2 : 1;
     kv_proj = register_module("kv_proj", detail::linear(D, streams * C));
     if (k != layer_kind::uniform) {
@@ -331,7 +356,7 @@ struct compressor_impl : torch::nn::Module {
   /// Entries [B, E, c] of x [B, T, D] on the layout L.
   torch::Tensor pool(const torch::Tensor& x_in, const entry_layout& L) {
     const auto x = cfg.blur ? detail::causal_blur(x_in) : x_in;
-    const index_t B = x.size(0), C = cfg.head_dim, W = window, S = stride;
+    const index_t B = x.size(0), C = channels, W = window, S = stride;
     const index_t R = L.src.size(0), E = L.src.size(1);
     auto r = torch::arange(W, torch::kLong).unsqueeze(0);
     auto valid = L.valid.reshape({R, E, W, 1});
@@ -390,6 +415,34 @@ struct compressor_impl : torch::nn::Module {
 };
 TORCH_MODULE_IMPL(compressor, compressor_impl);
 
+/// The lightning indexer of a compressed layer (model_config::top_k): index queries, head
+/// weights and the index-key compressor (the layer's kind and grid, indexer_dim channels).
+struct indexer_impl : torch::nn::Module {
+  torch::nn::Linear q_proj{nullptr}, weights_proj{nullptr};  // [H_I·d_I, D], [H_I, D]
+  compressor comp{nullptr};
+  indexer_impl(const model_config& c, layer_kind k, index_t layer) {
+    q_proj = register_module("q_proj", detail::linear(c.d_model, c.indexer_heads * c.indexer_dim));
+    weights_proj = register_module("weights_proj", detail::linear(c.d_model, c.indexer_heads));
+    comp = register_module("compressor", compressor(c, k, layer, 0, c.indexer_dim));
+  }
+};
+TORCH_MODULE_IMPL(indexer, indexer_impl);
+
+namespace detail {
+/// Top-k selection mask of index scores I [B, T, E] among the visible entries vis [R, T, E]
+/// (R = 1 or B): entry e is kept when fewer than k visible entries beat it, where e' beats e if
+/// I[e'] > I[e], or I[e'] = I[e] and e' < e (attention::top_k_indices' rule: the lower index wins).
+inline torch::Tensor top_k_mask(const torch::Tensor& I, const torch::Tensor& vis, index_t k) {
+  const index_t E = I.size(2);
+  auto Iv = I.masked_fill(vis.logical_not(), -std::numeric_limits<float>::infinity());
+  auto a = Iv.unsqueeze(-1);  // [B, T, E, 1]: entry e
+  auto b = Iv.unsqueeze(-2);  // [B, T, 1, E]: entry e'
+  auto lower = torch::arange(E, torch::kLong).unsqueeze(0).lt(torch::arange(E, torch::kLong).unsqueeze(1));  // [e, e']: e' < e
+  auto beats = b.gt(a).logical_or(b.eq(a).logical_and(lower)).logical_and(vis.unsqueeze(-2));
+  return beats.sum(-1).lt(k).logical_and(vis);
+}
+}  // namespace detail
+
 /// One attention layer (full or compressed).
 struct attention_impl : torch::nn::Module {
   layer_kind kind;
@@ -399,6 +452,13 @@ struct attention_impl : torch::nn::Module {
   torch::Tensor sink;
   compressor comp{nullptr};       ///< the layer's compressor (with shift_heads: head 0's)
   std::vector<compressor> comps;  ///< every compressor: {comp}, or one per query head with shift_heads
+  indexer idx{nullptr};           ///< the lightning indexer (compressed layers with cfg.top_k > 0)
+  /// After a forward with the indexer: KL(dense attention over the visible entries, summed over
+  /// heads, detached ‖ softmax of the index scores), mean over the queries that see an entry
+  /// (0 when none does). Its gradient reaches only the indexer.
+  torch::Tensor indexer_kl;
+  /// After a forward with the indexer: the selection mask [B, T, E] (entries each query attends).
+  torch::Tensor selected;
 
   attention_impl(const model_config& c, layer_kind k, index_t layer = 0) : kind(k), cfg(c) {
     const index_t C = c.head_dim, D = c.d_model, H = c.heads;
@@ -413,13 +473,28 @@ struct attention_impl : torch::nn::Module {
       comps.push_back(comp);
       for (index_t h = 1; c.shift_heads && h < H; ++h)
         comps.push_back(register_module("compressor_h" + std::to_string(h), compressor(c, k, layer, h)));
+      if (c.top_k > 0) idx = register_module("indexer", indexer(c, k, layer));
     }
+  }
+
+  /// Index scores I [B, T, E] of the rows x [B, T, D] over the index keys on layout L (RoPE tables
+  /// cs, sn of positions 0 … T−1 when cfg.rope). The indexer reads x detached.
+  torch::Tensor index_scores(const torch::Tensor& x, const entry_layout& L, const torch::Tensor& cs, const torch::Tensor& sn) {
+    const index_t B = x.size(0), T = x.size(1), HI = cfg.indexer_heads, dI = cfg.indexer_dim;
+    const auto xi = x.detach();
+    auto qi = idx->q_proj->forward(xi).reshape({B, T, HI, dI}).permute({0, 2, 1, 3});  // [B, HI, T, dI]
+    if (cfg.rope) qi = detail::apply_rope(qi, cs, sn, cfg.rope_dim);
+    auto wi = idx->weights_proj->forward(xi) / std::sqrt(static_cast<double>(HI));  // [B, T, HI]
+    auto ki = idx->comp->pool(xi, L);                                                 // [B, E, dI]
+    auto dots = torch::relu(torch::matmul(qi, ki.unsqueeze(1).transpose(-1, -2)) / std::sqrt(static_cast<double>(dI)));
+    return (dots * wi.permute({0, 2, 1}).unsqueeze(-1)).sum(1);  // [B, T, E]
   }
 
   /// x [B, T, D] → [B, T, D]. `knock` ≥ 0 zeroes that head's output (ablations). `offsets`
   /// (int64 [B], optional) shifts each sequence's compressor grid origin (compressor::layout).
   torch::Tensor forward(const torch::Tensor& x, index_t knock = -1, const torch::Tensor& offsets = {}) {
     const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, H = cfg.heads;
+    selected = torch::Tensor();
     auto pos = torch::arange(T, torch::kLong);
     auto q = q_proj->forward(x).reshape({B, T, H, C}).permute({0, 2, 1, 3});  // [B, H, T, C]
     auto kv = kv_norm->forward(kv_proj->forward(x));                         // [B, T, C]
@@ -449,7 +524,8 @@ struct attention_impl : torch::nn::Module {
       const index_t R = Ls[0].last.size(0);
       if (E > 0) {
         // per compressor [R, T, E + T]: entry e visible to t when its last source ≤ t, then the
-        // raw window. A head whose grid has fewer entries gets never-visible zero rows.
+        // raw window. A head whose grid has fewer entries gets never-visible zero rows. With the
+        // indexer, [B, T, E + T]: only the selected entries.
         std::vector<torch::Tensor> vis, rows;
         for (std::size_t h = 0; h < comps.size(); ++h) {
           auto last = Ls[h].last;
@@ -459,7 +535,14 @@ struct attention_impl : torch::nn::Module {
             last = torch::cat({last, torch::full({R, pad}, std::numeric_limits<std::int64_t>::max() / 2, last.options())}, 1);
             ent = torch::cat({ent, torch::zeros({B, pad, C}, ent.options())}, 1);
           }
-          vis.push_back(torch::cat({last.unsqueeze(1).le(t.unsqueeze(0)), allowed.unsqueeze(0).expand({R, T, T})}, 2));
+          auto ev = last.unsqueeze(1).le(t.unsqueeze(0));  // [R, T, E]
+          if (idx) {
+            dense_entries = ev;
+            index_logits = index_scores(x, Ls[h], cs, sn);
+            selected = detail::top_k_mask(index_logits, ev, cfg.top_k);
+            ev = selected;
+          }
+          vis.push_back(torch::cat({ev, allowed.unsqueeze(0).expand({ev.size(0), T, T})}, 2));
           rows.push_back(torch::cat({ent, kv}, 1));
         }
         // [R, 1 or H, T, E + T] and [B, 1 or H, E + T, C]; one compressor: views, no copy
@@ -468,6 +551,8 @@ struct attention_impl : torch::nn::Module {
       }
     }
     auto scores = torch::matmul(q, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
+    if (idx && dense_entries.defined()) indexer_kl = indexer_loss(scores.detach(), allowed);
+    else if (idx) indexer_kl = torch::zeros({}, x.options());
     scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
     torch::Tensor p;
     if (cfg.sink) {
@@ -483,7 +568,31 @@ struct attention_impl : torch::nn::Module {
       m.index_put_({0, knock}, 0.0);
       out = out * m;
     }
+    dense_entries = torch::Tensor();
     return o_proj->forward(out.permute({0, 2, 1, 3}).reshape({B, T, H * C}));
+  }
+
+ private:
+  torch::Tensor dense_entries, index_logits;  // this forward's visible entries [R, T, E], index scores [B, T, E]
+
+  /// KL(target ‖ softmax(I)) of this forward (see indexer_kl): `scores` [B, H, T, E + T] detached,
+  /// `allowed` the sparse mask, whose raw-window part the dense mask keeps.
+  torch::Tensor indexer_loss(const torch::Tensor& scores, const torch::Tensor& allowed) {
+    const index_t B = scores.size(0), H = scores.size(1), T = scores.size(2), E = index_logits.size(2);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    auto ev = dense_entries.expand({B, T, E});
+    auto dense = torch::cat({ev, allowed.narrow(-1, E, T).squeeze(1).expand({B, T, T})}, 2).unsqueeze(1);  // [B, 1, T, E+T]
+    auto sd = scores.masked_fill(dense.logical_not(), ninf);
+    if (cfg.sink) sd = torch::cat({sd, sink.detach().reshape({1, H, 1, 1}).expand({B, H, T, 1})}, -1);
+    auto p = torch::softmax(sd, -1).narrow(-1, 0, E).sum(1);  // [B, T, E]: attention mass on each entry, over heads
+    auto mass = p.sum(-1, true);
+    auto rows = ev.any(-1).logical_and(mass.squeeze(-1).gt(0));  // queries that see an entry
+    auto target = torch::where(mass.gt(0), p / mass.clamp_min(1e-30), torch::zeros({}, p.options()));
+    auto logq = torch::log_softmax(index_logits.masked_fill(ev.logical_not(), ninf), -1);
+    auto term = torch::where(target.gt(0), target * (torch::log(target.clamp_min(1e-30)) - logq), torch::zeros({}, p.options()));
+    auto per = term.sum(-1);  // [B, T]
+    const auto n = rows.sum();
+    return torch::where(n.gt(0), (per * rows).sum() / n.clamp_min(1), torch::zeros({}, p.options()));
   }
 };
 TORCH_MODULE_IMPL(attention, attention_impl);
@@ -583,6 +692,11 @@ inline double forward_macs(const model_config& c, index_t B, index_t T) {
       const double streams = k == layer_kind::csa ? 2.0 : 1.0;
       macs += G * n * streams * C * D * (k == layer_kind::uniform ? 1.0 : 2.0);  // compressor projections
       macs += G * static_cast<double>(B) * E * W * C * 2.0;                     // pooling
+      if (c.top_k > 0) {  // the indexer: projections, its compressor, scores
+        const double HI = static_cast<double>(c.indexer_heads), dI = static_cast<double>(c.indexer_dim);
+        macs += n * (HI * dI * D + HI * D) + n * streams * dI * D * (k == layer_kind::uniform ? 1.0 : 2.0) +
+                static_cast<double>(B) * E * W * dI * 2.0 + n * E * HI * dI;
+      }
       keys = static_cast<double>(T) + E;
     }
     macs += n * H * keys * C * 2.0;  // scores and mix

@@ -41,6 +41,9 @@ struct train_config {
   /// eval_every steps) whose eval recall is ≥ stop_recall; the learning-rate schedule is still
   /// the one of `steps`, so a run that stops is the `steps`-step run cut short. 0: off.
   double stop_recall = 0.0;
+  /// Weight of the indexers' KL term (attention_impl::indexer_kl, mean over the layers with an
+  /// indexer) in the loss; it trains only the indexers. Used when the model has model_config::top_k > 0.
+  double indexer_weight = 1.0;
   void validate() const {
     require(steps >= 1 && steps <= 10000000, "steps", steps, "must be in [1, 10^7]");
     require(batch >= 1 && batch <= 65536, "batch", batch, "must be in [1, 65536]");
@@ -55,6 +58,8 @@ struct train_config {
             "must be in [0, 100]");
     require(std::isfinite(stop_recall) && stop_recall >= 0.0 && stop_recall <= 1.0, "stop_recall", stop_recall,
             "must be in [0, 1] (0: off)");
+    require(std::isfinite(indexer_weight) && indexer_weight >= 0.0 && indexer_weight <= 100.0, "indexer_weight",
+            indexer_weight, "must be in [0, 100]");
     require(stop_recall == 0.0 || eval_every > 0, "stop_recall", stop_recall,
             "needs snapshots to test it at (eval_every > 0)");
   }
@@ -72,6 +77,7 @@ struct train_config {
     v("random_origin", random_origin);
     v("gate_entropy", gate_entropy);
     v("stop_recall", stop_recall);
+    v("indexer_weight", indexer_weight);
   }
 };
 
@@ -89,6 +95,7 @@ struct snapshot {
   double train_loss = 0.0;  ///< mean over the steps since the previous snapshot
   double eval_loss = 0.0;
   double eval_recall = 0.0;
+  double indexer_kl = 0.0;  ///< mean indexer KL term over the steps since the previous snapshot (0: no indexer)
   /// one per gated compressor (layers in order, then heads); none for full / uniform layers
   std::vector<gate_profile> slot_profile;
 };
@@ -203,18 +210,23 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(tc.lr).weight_decay(tc.weight_decay));
   train_result r;
   const double step_macs = forward_macs(mc, tc.batch, d.length());
-  double run = 0.0;
+  double run = 0.0, run_kl = 0.0;
   index_t since = 0;
+  std::vector<attention> indexed;  // layers with an indexer
+  for (auto& b : model->model->blocks)
+    if (b->self_attn->idx) indexed.push_back(b->self_attn);
   auto snap = [&](index_t step) {
     snapshot s;
     s.step = step;
     s.train_loss = since ? run / static_cast<double>(since) : 0.0;
+    s.indexer_kl = since ? run_kl / static_cast<double>(since) : 0.0;
     const auto pc = evaluate(model, d, seed, std::min<index_t>(tc.eval_sequences, 256));
     s.eval_loss = pc.mean_loss();
     s.eval_recall = pc.mean_recall();
     s.slot_profile = slot_profiles(model);
     r.history.push_back(std::move(s));
     run = 0.0;
+    run_kl = 0.0;
     since = 0;
   };
   const double pi = 3.14159265358979323846;
@@ -240,6 +252,14 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
       for (std::size_t i = 1; i < tracked.size(); ++i) ne = ne + tracked[i]->neg_entropy;
       loss = loss + tc.gate_entropy * ne / static_cast<double>(tracked.size());
     }
+    double kl = 0.0;
+    if (!indexed.empty()) {
+      auto t = indexed.front()->indexer_kl;
+      for (std::size_t i = 1; i < indexed.size(); ++i) t = t + indexed[i]->indexer_kl;
+      t = t / static_cast<double>(indexed.size());
+      kl = t.item<double>();
+      if (tc.indexer_weight > 0.0) loss = loss + tc.indexer_weight * t;
+    }
     opt.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), tc.grad_clip);
@@ -250,6 +270,7 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     r.tokens += static_cast<double>(tc.batch * d.length());
     r.macs += step_macs;
     run += l;
+    run_kl += kl;
     ++since;
     if (progress) progress(step + 1, tc.steps, l);
     r.steps_done = step + 1;
