@@ -5,7 +5,8 @@
 //
 // Presets (the controlled grid): csa (CSA W = 8, S = 4), full (the full-attention twin),
 // gated-s2 / gated-s4 / gated-s8 (channel-gated pool, W = 8, S = 2, 4, 8), nope (csa without
-// RoPE), uniform (mean pool on the CSA grid). Every preset shares the data, the optimiser, the
+// RoPE), uniform (mean pool on the CSA grid), nsa (NSA's compressed, selected-block and window
+// branches mixed by per-head gates, on the csa grid). Every preset shares the data, the optimiser, the
 // width and the depth; only the attention differs.
 // Mitigations at matched cache memory (one entry per S = 4 tokens and layer, as their baseline):
 // hca-s4 (channel-gated pool W = S = 4, the unmitigated baseline), overlap (W = 2S = 8, the
@@ -60,7 +61,7 @@ struct preset_config {
 };
 
 const char* const preset_list =
-    "csa, full, nope, uniform, gated-s2, gated-s4, gated-s8, hca-s4, overlap, shifted, shifted-heads, random-offset, "
+    "csa, full, nope, uniform, gated-s2, gated-s4, gated-s8, nsa, hca-s4, overlap, shifted, shifted-heads, random-offset, "
     "blur or "
     "gate-entropy";
 
@@ -98,6 +99,12 @@ preset_config preset(const std::string& name, const lm::model_config& base, doub
     m.schedule = all("uniform"), m.window = 8, m.stride = 4;
   } else if (name == "gated-s2" || name == "gated-s4" || name == "gated-s8") {
     m.schedule = all("gated"), m.window = 8, m.stride = name.back() - '0';
+  } else if (name == "nsa") {
+    // NSA's three branches at the miniature scale of the csa grid: entries W = 8, S = 4
+    // (channel-gated pool), selection blocks of 8 tokens, 4 per query (the first and the 2 most
+    // recent forced), the raw window
+    m.schedule = all("nsa"), m.window = 8, m.stride = 4;
+    m.select_block = 8, m.select_top_n = 4, m.select_initial = 1, m.select_local = 2;
   } else if (name == "overlap") {
     out = preset("gated-s4", base, gate_entropy);  // W = 2S = 8 at S = 4: the gated-s4 model
   } else if (name == "hca-s4" || name == "shifted" || name == "shifted-heads" || name == "random-offset" ||
@@ -144,7 +151,7 @@ int main(int argc, char** argv) {
     lm::data_config data;
     lm::train_config tc;
     app.add_option("--preset", presets,
-                   "comma-separated presets: csa full nope uniform gated-s2 gated-s4 gated-s8 hca-s4 overlap shifted "
+                   "comma-separated presets: csa full nope uniform gated-s2 gated-s4 gated-s8 nsa hca-s4 overlap shifted "
                    "shifted-heads random-offset blur gate-entropy")
         ->capture_default_str();
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");

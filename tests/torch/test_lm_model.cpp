@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "kvphase/attention/compressed.hpp"
 #include "kvphase/attention/select.hpp"
 #include "kvphase/compress/checkpoint.hpp"
 #include "kvphase/compress/pool.hpp"
@@ -411,6 +412,121 @@ TEST_CASE("lm indexer: top-k selection equals attention::csa_select, the KL trai
   REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("shift_heads"));
 }
 
+TEST_CASE("lm nsa layer: blocks equal attention::nsa_select, each head equals attention::compressed_attention (gated)", "[lm]") {
+  // The layer in double with o_proj the identity (d_model = H·c): head h's output, rotated back,
+  // must equal compressed_attention in gated mode on the layer's own rotated queries, entries and
+  // raw rows, with the layer's blocks and gates; the blocks must equal nsa_select on the
+  // compressed branch's probabilities (no sink, summed over heads).
+  torch::manual_seed(19);
+  torch::NoGradGuard ng;
+  lm::model_config cfg = small_config(lm::layer_kind::gated, 32, 16, 8);
+  cfg.schedule = "nsa";
+  cfg.window = 8;  // W = 2S: overlapping entries, so the overlap mapping spreads an entry over two blocks
+  cfg.heads = 2;
+  cfg.select_block = 8;
+  cfg.select_top_n = 3;
+  cfg.select_initial = 1;
+  cfg.select_local = 1;
+  cfg.validate();
+  const index_t B = 2, T = 37, H = cfg.heads, C = cfg.head_dim;
+  lm::attention att(cfg, lm::layer_kind::nsa, 0);
+  att->to(torch::kFloat64);
+  att->comp->position_bias.normal_(0.0, 1.0);
+  att->comp->kv_norm->weight.normal_(1.0, 0.3);
+  att->sink.normal_(0.0, 1.0);
+  att->branch_gate->weight.mul_(3.0);
+  att->o_proj->weight.copy_(torch::eye(H * C, torch::kFloat64));
+  auto x = torch::randn({B, T, cfg.d_model}, torch::kFloat64);
+  const auto got = att->forward(x);
+  const auto blocks = att->selected_blocks;
+  const index_t NB = (T + cfg.select_block - 1) / cfg.select_block;
+  REQUIRE(blocks.sizes() == torch::IntArrayRef({B, T, NB}));
+
+  auto pos = torch::arange(T, torch::kLong);
+  auto [cs32, sn32] = lm::detail::rope_tables(pos, cfg.rope_dim, cfg.rope_theta);
+  const auto cs = cs32.to(torch::kFloat64), sn = sn32.to(torch::kFloat64);
+  auto q = lm::detail::apply_rope(att->q_proj->forward(x).reshape({B, T, H, C}).permute({0, 2, 1, 3}), cs, sn, cfg.rope_dim);
+  auto kv = lm::detail::apply_rope(att->kv_norm->forward(att->kv_proj->forward(x)), cs, sn, cfg.rope_dim);
+  auto ent = att->comp->forward(x);  // [B, E, C], rotated at the anchors
+  auto gates = torch::sigmoid(att->branch_gate->forward(x)).reshape({B, T, H, 3});
+  const auto grid = att->comp->grid();
+  const index_t E = ent.size(1);
+  auto dmat = [](const torch::Tensor& t) {
+    auto c = t.contiguous();
+    matrix_t<double> m(c.size(0), c.size(1));
+    std::memcpy(m.data(), c.data_ptr<double>(), sizeof(double) * static_cast<std::size_t>(m.size()));
+    return m;
+  };
+  std::vector<index_t> positions(static_cast<std::size_t>(T));
+  std::iota(positions.begin(), positions.end(), index_t(0));
+  const attention::block_select_params bp{.block = cfg.select_block, .top_n = cfg.select_top_n,
+                                          .initial = cfg.select_initial, .local = cfg.select_local};
+  double worst = 0.0, tol_min = 1e300;
+  index_t chosen = 0;  // queries whose free block was chosen by importance
+  for (index_t b = 0; b < B; ++b) {
+    // P[t, e] = Σ_h softmax over the visible entries (no sink)
+    matrix_t<double> P = matrix_t<double>::Zero(T, E);
+    for (index_t t = 0; t < T; ++t) {
+      const index_t nv = grid.num_visible(t);
+      if (nv == 0) continue;
+      for (index_t h = 0; h < H; ++h) {
+        auto sc = torch::matmul(ent[b].narrow(0, 0, nv), q[b][h][t]) / std::sqrt(static_cast<double>(C));
+        auto pr = torch::softmax(sc, 0);
+        for (index_t e = 0; e < nv; ++e) P(t, e) += pr[e].item<double>();
+      }
+    }
+    const auto lists = attention::nsa_select<double>(P, grid, positions, bp);
+    for (index_t t = 0; t < T; ++t) {
+      std::vector<bool> want(static_cast<std::size_t>(NB), false);
+      for (index_t j : lists.of(t)) want[static_cast<std::size_t>(j)] = true;
+      chosen += t / cfg.select_block + 1 > cfg.select_initial + cfg.select_local;
+      for (index_t j = 0; j < NB; ++j) {
+        INFO("b " << b << " t " << t << " block " << j);
+        REQUIRE(blocks[b][t][j].item<bool>() == want[static_cast<std::size_t>(j)]);
+      }
+    }
+    for (index_t h = 0; h < H; ++h) {
+      const auto Q = dmat(q[b][h]);
+      const auto Kc = dmat(ent[b]);
+      const auto K = dmat(kv[b]);
+      const auto G = dmat(gates[b].select(1, h));  // [T × 3] row-major: (cmp, slc, win)
+      std::vector<double> g(G.data(), G.data() + G.size());
+      attention::compressed_params cp{.window = cfg.raw_window, .compressed = true,
+                                      .combine = attention::combine_mode::gated, .select_block = cfg.select_block};
+      cp.attn.sink = att->sink[h].item<double>();
+      matrix_t<double> O(T, C);
+      attention::compressed_attention<double>(Q, positions, Kc, Kc, grid, K, K, cp, O,
+                                              attention::compressed_selection<double>{.blocks = &lists, .gates = g});
+      auto Ot = torch::from_blob(O.data(), {T, C}, torch::kFloat64).clone();
+      auto want = lm::detail::apply_rope(Ot, cs, -sn, cfg.rope_dim);  // rotated back by −t, as the layer does
+      auto have = got[b].narrow(1, h * C, C);
+      // double rounding of the same sums in another order: 2·γ_n·(1 + max|logit|)·max|out|·√c,
+      // n = c + T + E + 8 (a dot product, a softmax over ≤ T + E + 1 logits, three gated branches, a rotation)
+      const double u = std::ldexp(1.0, -53), n = static_cast<double>(C + T + E + 8);
+      const double lmax = std::max(torch::matmul(q[b][h], kv[b].transpose(0, 1)).abs().max().item<double>(),
+                                   torch::matmul(q[b][h], ent[b].transpose(0, 1)).abs().max().item<double>()) /
+                              std::sqrt(static_cast<double>(C)) +
+                          std::abs(cp.attn.sink);
+      const double tol = 2.0 * n * u / (1.0 - n * u) * (1.0 + lmax) * std::max(1.0, want.abs().max().item<double>()) *
+                         std::sqrt(static_cast<double>(C));
+      const double err = (have - want).abs().max().item<double>();
+      worst = std::max(worst, err);
+      tol_min = std::min(tol_min, tol);
+      INFO("b " << b << " head " << h << ": max |layer - compressed_attention| = " << err << ", tolerance " << tol);
+      REQUIRE(err <= tol);
+    }
+  }
+  std::cout << "nsa layer vs compressed_attention: max err " << worst << ", smallest tolerance " << tol_min << "\n";
+  REQUIRE(chosen > 0);
+  lm::model_config bad = cfg;
+  bad.select_top_n = 1;  // < initial + local
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("select_top_n"));
+  bad = cfg;
+  bad.top_k = 2;
+  bad.indexer_dim = 8;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("nsa"));
+}
+
 TEST_CASE("lm causal blur equals a double reference, gate entropy of equal logits is -ln W", "[lm]") {
   torch::manual_seed(9);
   torch::NoGradGuard ng;
@@ -534,7 +650,8 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   for (const setting st :
        {setting{"full,full"}, setting{"csa,csa"}, setting{"gated,uniform"}, setting{"gated,gated", true},
         setting{"gated,csa", false, true}, setting{"gated,gated", false, false, true},
-        setting{"gated,csa", false, false, true, true}, setting{"csa,gated", false, false, true, false, 2}}) {
+        setting{"gated,csa", false, false, true, true}, setting{"csa,gated", false, false, true, false, 2},
+        setting{"nsa,csa"}}) {
     lm::model_config cfg;
     cfg.schedule = st.sched;
     cfg.shift_layers = st.shift;

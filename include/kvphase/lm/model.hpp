@@ -25,6 +25,15 @@
 /// entry) and the raw window. Selection has no gradient: the indexer is trained by
 /// attention_impl::indexer_kl, the KL divergence from the layer's dense attention over the
 /// visible entries (summed over heads, detached) to softmax(I), on the detached layer input.
+///  - nsa:      NSA's three branches, each its own softmax (with the sink): the compressed entries
+///              (channel-gated pool on the layer's grid, RMSNorm, RoPE), the raw tokens of the
+///              selected blocks, and the raw window; mixed per head by sigmoid gates
+///              o = g_cmp·o_cmp + g_slc·o_slc + g_win·o_win (attention::compressed_attention, gated
+///              mode). Blocks of select_block tokens are ranked by the compressed branch's attention
+///              probabilities (no sink, summed over heads) mapped by token overlap (attention::
+///              nsa_block_importance); the first select_initial and the select_local most recent are
+///              forced, the rest of select_top_n by importance (ties: lower block), as attention::
+///              nsa_select. No gradient flows through the selection.
 /// Mitigations at matched cache memory (one entry per S tokens and layer whatever the option):
 /// grid origins (`origin`, per layer with `shift_layers`, per sequence through the forward's
 /// `offsets`), per-head grids (`shift_heads`: query head h reads its own compressor on the grid
@@ -54,7 +63,7 @@
 namespace kvphase::lm {
 
 /// Attention kind of one layer.
-enum class layer_kind { full, csa, gated, uniform };
+enum class layer_kind { full, csa, gated, uniform, nsa };
 
 inline const char* to_string(layer_kind k) noexcept {
   switch (k) {
@@ -62,16 +71,17 @@ inline const char* to_string(layer_kind k) noexcept {
     case layer_kind::csa: return "csa";
     case layer_kind::gated: return "gated";
     case layer_kind::uniform: return "uniform";
+    case layer_kind::nsa: return "nsa";
   }
   return "?";
 }
 inline void parse(std::string_view s, layer_kind& out) {
-  for (layer_kind k : {layer_kind::full, layer_kind::csa, layer_kind::gated, layer_kind::uniform})
+  for (layer_kind k : {layer_kind::full, layer_kind::csa, layer_kind::gated, layer_kind::uniform, layer_kind::nsa})
     if (s == to_string(k)) {
       out = k;
       return;
     }
-  fail("layer", std::string(s), "must be full, csa, gated or uniform");
+  fail("layer", std::string(s), "must be full, csa, gated, uniform or nsa");
 }
 
 /// Architecture of the model (the field list keys outputs and checkpoints).
@@ -101,6 +111,12 @@ struct model_config {
   index_t top_k = 0;
   index_t indexer_heads = 2;  ///< H_I
   index_t indexer_dim = 16;   ///< d_I (≥ rope_dim with RoPE: the index keys are rotated too)
+  /// NSA layers: raw-token selection blocks of select_block tokens, select_top_n blocks per
+  /// query of which the first select_initial and the select_local most recent are forced.
+  index_t select_block = 8;
+  index_t select_top_n = 4;
+  index_t select_initial = 1;
+  index_t select_local = 2;
 
   /// Grid origin of layer l's compressor, in [0, stride).
   [[nodiscard]] index_t layer_origin(index_t l) const {
@@ -128,7 +144,7 @@ struct model_config {
     const index_t h = shift_heads ? heads : 1;
     s.grid = {.window = h * window, .stride = h * stride, .origin = layer_origin(layer) + (shift_heads ? head * stride : 0)};
     s.pool = k == layer_kind::csa ? compress::pool_kind::two_stream
-             : k == layer_kind::gated ? compress::pool_kind::channel_gate
+             : k == layer_kind::gated || k == layer_kind::nsa ? compress::pool_kind::channel_gate
                                       : compress::pool_kind::mean;
     s.rmsnorm = true;
     s.rms_eps = rms_eps;
@@ -160,8 +176,18 @@ struct model_config {
     require(top_k == 0 || !rope || rope_dim <= indexer_dim, "indexer_dim", indexer_dim,
             "must be >= rope_dim = " + std::to_string(rope_dim) + " (the index keys and queries are rotated)");
     require(top_k == 0 || !shift_heads, "top_k", top_k, "cannot be combined with shift_heads (one indexer per layer grid)");
+    require(select_block >= 1 && select_block <= 1 << 20, "select_block", select_block, "must be in [1, 2^20]");
+    require(select_initial >= 0 && select_local >= 0 && select_initial <= 1 << 20 && select_local <= 1 << 20,
+            "select_local", select_local, "select_initial and select_local must be in [0, 2^20]");
+    require(select_top_n >= 1 && select_top_n <= 1 << 20 && select_top_n >= select_initial + select_local, "select_top_n",
+            select_top_n, "must be in [1, 2^20] and >= select_initial + select_local");
     const auto ls = layers();
     require(!ls.empty() && ls.size() <= 64, "schedule", schedule, "must name 1 to 64 layers");
+    for (layer_kind k : ls)
+      if (k == layer_kind::nsa) {
+        require(top_k == 0, "top_k", top_k, "cannot be combined with nsa layers (they select raw blocks, not entries)");
+        require(!shift_heads, "shift_heads", shift_heads, "cannot be combined with nsa layers");
+      }
     for (layer_kind k : ls)
       if (k == layer_kind::csa || k == layer_kind::uniform)
         require(window == 2 * stride, "window", window,
@@ -190,6 +216,10 @@ struct model_config {
     v("top_k", top_k);
     v("indexer_heads", indexer_heads);
     v("indexer_dim", indexer_dim);
+    v("select_block", select_block);
+    v("select_top_n", select_top_n);
+    v("select_initial", select_initial);
+    v("select_local", select_local);
   }
 };
 
@@ -453,6 +483,7 @@ struct attention_impl : torch::nn::Module {
   compressor comp{nullptr};       ///< the layer's compressor (with shift_heads: head 0's)
   std::vector<compressor> comps;  ///< every compressor: {comp}, or one per query head with shift_heads
   indexer idx{nullptr};           ///< the lightning indexer (compressed layers with cfg.top_k > 0)
+  torch::nn::Linear branch_gate{nullptr};  ///< nsa: gates [3H, D], per head (cmp, slc, win)
   /// After a forward with the indexer: KL(dense attention over the visible entries, summed over
   /// heads, detached ‖ softmax of the index scores), mean over the queries that see an entry
   /// (0 when none does). Its gradient reaches only the indexer.
@@ -474,8 +505,12 @@ struct attention_impl : torch::nn::Module {
       for (index_t h = 1; c.shift_heads && h < H; ++h)
         comps.push_back(register_module("compressor_h" + std::to_string(h), compressor(c, k, layer, h)));
       if (c.top_k > 0) idx = register_module("indexer", indexer(c, k, layer));
+      if (k == layer_kind::nsa) branch_gate = register_module("branch_gate", detail::linear(D, 3 * H));
     }
   }
+
+  /// NSA: the selected blocks [B, T, NB] (NB = ⌈T / select_block⌉) of the last forward.
+  torch::Tensor selected_blocks;
 
   /// Index scores I [B, T, E] of the rows x [B, T, D] over the index keys on layout L (RoPE tables
   /// cs, sn of positions 0 … T−1 when cfg.rope). The indexer reads x detached.
@@ -506,6 +541,7 @@ struct attention_impl : torch::nn::Module {
     }
     auto t = pos.unsqueeze(1);
     auto j = pos.unsqueeze(0);
+    if (kind == layer_kind::nsa) return nsa_forward(x, q, kv, cs, sn, knock, offsets);
     // kh [B, 1 or H, K, C]: the key/value rows (one set shared by the heads, or one per head
     // with shift_heads); allowed broadcasts against the scores [B, H, T, K]
     torch::Tensor kh = kv.unsqueeze(1), allowed;
@@ -562,17 +598,103 @@ struct attention_impl : torch::nn::Module {
       p = torch::softmax(scores, -1);
     }
     auto out = torch::matmul(p, kh);
-    if (cfg.rope) out = detail::apply_rope(out, cs, -sn, cfg.rope_dim);  // rotate back by −t
-    if (knock >= 0) {
-      auto m = torch::ones({1, H, 1, 1});
-      m.index_put_({0, knock}, 0.0);
-      out = out * m;
-    }
     dense_entries = torch::Tensor();
-    return o_proj->forward(out.permute({0, 2, 1, 3}).reshape({B, T, H * C}));
+    return finish(out, cs, sn, knock);
   }
 
  private:
+  /// The common tail: rotate back by −t, knock out a head, o_proj. out [B, H, T, C].
+  torch::Tensor finish(torch::Tensor out, const torch::Tensor& cs, const torch::Tensor& sn, index_t knock) {
+    const index_t B = out.size(0), H = out.size(1), T = out.size(2), C = out.size(3);
+    if (cfg.rope) out = detail::apply_rope(out, cs, -sn, cfg.rope_dim);  // rotate back by −t
+    if (knock >= 0) {
+      auto m = torch::ones({1, H, 1, 1}, out.options());
+      m.index_put_({0, knock}, 0.0);
+      out = out * m;
+    }
+    return o_proj->forward(out.permute({0, 2, 1, 3}).reshape({B, T, H * C}));
+  }
+
+  /// softmax over the last dimension of the allowed scores plus the sink logit (a key with a zero
+  /// value), the sink's share dropped: a row with nothing allowed gives zeros. Without a sink, a
+  /// logit of −10^30 stands in (no share where anything is allowed; no NaN where nothing is).
+  torch::Tensor branch_probs(const torch::Tensor& scores, const torch::Tensor& allowed) {
+    const index_t B = scores.size(0), H = scores.size(1), T = scores.size(2), K = scores.size(3);
+    auto sc = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    auto s = cfg.sink ? sink.reshape({1, H, 1, 1}).expand({B, H, T, 1})
+                      : torch::full({B, H, T, 1}, -1e30, scores.options());
+    return torch::softmax(torch::cat({sc, s}, -1), -1).narrow(-1, 0, K);
+  }
+
+  /// The NSA layer (see the file comment): q [B, H, T, C] and kv [B, T, C] already rotated.
+  torch::Tensor nsa_forward(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& kv, const torch::Tensor& cs,
+                            const torch::Tensor& sn, index_t knock, const torch::Tensor& offsets) {
+    require(!offsets.defined(), "offsets", "defined", "per-sequence grid offsets are not supported by nsa layers");
+    const index_t B = x.size(0), T = x.size(1), C = cfg.head_dim, H = cfg.heads;
+    const index_t lb = cfg.select_block, NB = (T + lb - 1) / lb;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(C));
+    const auto L = comp->layout(T);
+    auto ent = comp->pool(x, L);  // [B, E, C]
+    const index_t E = ent.size(1);
+    auto pos = torch::arange(T, torch::kLong);
+    auto t = pos.unsqueeze(1), j = pos.unsqueeze(0);
+    auto ev = L.last.reshape({1, 1, E}).le(t.unsqueeze(0));  // [1, T, E]
+    auto s_raw = torch::matmul(q, kv.unsqueeze(1).transpose(-1, -2)) * scale;  // [B, H, T, T]
+    auto win = j.le(t).logical_and(j.gt(t - cfg.raw_window)).reshape({1, 1, T, T});
+    // block selection from the compressed branch's probabilities without the sink, over heads
+    torch::Tensor sel;  // [B, T, NB]
+    auto blk = torch::arange(NB, torch::kLong);
+    auto avail = blk.unsqueeze(0).mul(lb).le(t);  // [T, NB]: block starts at or before t
+    auto nb = t.div(lb, "floor") + 1;             // [T, 1]: blocks available to t
+    auto forced = avail.logical_and(blk.unsqueeze(0).lt(cfg.select_initial).logical_or(blk.unsqueeze(0).ge(nb - cfg.select_local)));
+    torch::Tensor o_cmp;
+    if (E > 0) {
+      auto s_e = torch::matmul(q, ent.unsqueeze(1).transpose(-1, -2)) * scale;  // [B, H, T, E]
+      o_cmp = torch::matmul(branch_probs(s_e, ev.unsqueeze(1)), ent.unsqueeze(1));
+      torch::Tensor P;
+      {
+        torch::NoGradGuard ng;
+        auto ps = s_e.detach().masked_fill(ev.unsqueeze(1).logical_not(), -std::numeric_limits<float>::infinity());
+        auto pr = torch::softmax(ps, -1);
+        P = torch::where(ev.unsqueeze(1), pr, torch::zeros({}, pr.options())).sum(1);  // [B, T, E]; rows without entries: 0
+      }
+      // overlap weights [E, NB]: |sources(e) ∩ block j| / S, positions ≥ 0 (attention::nsa_block_importance)
+      std::vector<double> ov(static_cast<std::size_t>(E * NB), 0.0);
+      const auto g = comp->grid();
+      for (index_t e = 0; e < E; ++e) {
+        const auto r = g.sources(e);
+        for (index_t b = 0; b < NB; ++b) {
+          const index_t lo = std::max<index_t>(r.first, b * lb), hi = std::min<index_t>(r.last, (b + 1) * lb - 1);
+          if (hi >= lo && hi >= 0) ov[static_cast<std::size_t>(e * NB + b)] = static_cast<double>(hi - std::max<index_t>(lo, 0) + 1) / static_cast<double>(g.stride);
+        }
+      }
+      auto O = torch::from_blob(ov.data(), {E, NB}, torch::kFloat64).clone().to(P.dtype());
+      auto imp = torch::matmul(P, O);  // [B, T, NB]
+      auto free = avail.logical_and(forced.logical_not());                                     // [T, NB]
+      const auto nf = forced.sum(-1, true), nfree = free.sum(-1, true);                        // [T, 1]
+      auto budget = torch::minimum((cfg.select_top_n - nf).clamp_min(0), nfree);               // [T, 1]
+      auto a = imp.unsqueeze(-1), b = imp.unsqueeze(-2);                                       // j, j'
+      auto lower = blk.unsqueeze(0).lt(blk.unsqueeze(1));                                       // [j, j']: j' < j
+      auto beats = b.gt(a).logical_or(b.eq(a).logical_and(lower)).logical_and(free.unsqueeze(-2));
+      auto rank = beats.sum(-1);                                                                // [B, T, NB]
+      sel = forced.unsqueeze(0).logical_or(free.unsqueeze(0).logical_and(rank.lt(budget.unsqueeze(0))));
+    } else {
+      o_cmp = torch::zeros({B, H, T, C}, q.options());
+      // no entries: importance 0 everywhere; the forced blocks, then the lowest free blocks
+      auto free = avail.logical_and(forced.logical_not());
+      const auto nf = forced.sum(-1, true);
+      auto rank = free.to(torch::kLong).cumsum(-1) - 1;
+      sel = forced.logical_or(free.logical_and(rank.lt((cfg.select_top_n - nf).clamp_min(0)))).unsqueeze(0).expand({B, T, NB});
+    }
+    selected_blocks = sel;
+    auto tok = sel.index_select(2, pos.div(lb, "floor")).logical_and(j.le(t).unsqueeze(0));  // [B, T, T]
+    auto o_slc = torch::matmul(branch_probs(s_raw, tok.unsqueeze(1)), kv.unsqueeze(1));
+    auto o_win = torch::matmul(branch_probs(s_raw, win), kv.unsqueeze(1));
+    auto gt = torch::sigmoid(branch_gate->forward(x)).reshape({B, T, H, 3}).permute({0, 2, 1, 3});  // [B, H, T, 3]
+    auto out = gt.narrow(-1, 0, 1) * o_cmp + gt.narrow(-1, 1, 1) * o_slc + gt.narrow(-1, 2, 1) * o_win;
+    return finish(out, cs, sn, knock);
+  }
+
   torch::Tensor dense_entries, index_logits;  // this forward's visible entries [R, T, E], index scores [B, T, E]
 
   /// KL(target ‖ softmax(I)) of this forward (see indexer_kl): `scores` [B, H, T, E + T] detached,
@@ -697,7 +819,9 @@ inline double forward_macs(const model_config& c, index_t B, index_t T) {
         macs += n * (HI * dI * D + HI * D) + n * streams * dI * D * (k == layer_kind::uniform ? 1.0 : 2.0) +
                 static_cast<double>(B) * E * W * dI * 2.0 + n * E * HI * dI;
       }
-      keys = static_cast<double>(T) + E;
+      // nsa: the raw scores once, two raw mixes (selected blocks, window), and the branch gates
+      keys = k == layer_kind::nsa ? static_cast<double>(T) * 1.5 + E : static_cast<double>(T) + E;
+      if (k == layer_kind::nsa) macs += n * D * 3.0 * H;
     }
     macs += n * H * keys * C * 2.0;  // scores and mix
   }

@@ -189,7 +189,7 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     bool compressed = false, gated = false;
     for (layer_kind k : mc.layers()) {
       compressed = compressed || k != layer_kind::full;
-      gated = gated || k == layer_kind::csa || k == layer_kind::gated;
+      gated = gated || k == layer_kind::csa || k == layer_kind::gated || k == layer_kind::nsa;
     }
     require(!tc.random_origin || compressed, "random_origin", tc.random_origin,
             "needs a compressed layer in the schedule " + mc.schedule);
