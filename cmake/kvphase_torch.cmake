@@ -45,3 +45,41 @@ if(KVPHASE_BUILD_TESTS)
   catch_discover_tests(kvphase_tests_lm TEST_SPEC "~[slow]" TEST_PREFIX "lm." PROPERTIES FAIL_REGULAR_EXPRESSION "No test cases matched" LABELS "torch")
   catch_discover_tests(kvphase_tests_lm TEST_SPEC "[slow]" TEST_PREFIX "slow.lm." PROPERTIES FAIL_REGULAR_EXPRESSION "No test cases matched" LABELS "slow")
 endif()
+
+# train_lm end to end on a tiny setting (seconds): csa with the indexer, nsa, and a full twin
+# stopped at a recall; its outputs carry provenance and scripts/lm_report.py reads them. Bad values
+# exit 2 naming the field.
+if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(_kv_lm_out ${PROJECT_BINARY_DIR}/examples/train_lm_quick)
+  set(_kv_lm_args --context 32 --pairs 4 --queries 4 --keys 8 --values 8 --gap 4 --modulus 32 --eval 64 --threads 1 --quiet)
+  string(REPLACE ";" " " _kv_lm_argstr "${_kv_lm_args}")
+  set(_kv_lm_report "")
+  if(Python3_Interpreter_FOUND)
+    set(_kv_lm_report "'${Python3_EXECUTABLE}' '${PROJECT_SOURCE_DIR}/scripts/lm_report.py' a b --permutations 99 > r.txt; grep -q '| full (stopped at step' r.txt")
+  endif()
+  add_test(NAME example.train_lm_quick
+    COMMAND sh -c "set -e; rm -rf '${_kv_lm_out}'; mkdir -p '${_kv_lm_out}'; cd '${_kv_lm_out}'
+      '$<TARGET_FILE:train_lm>' --preset csa,nsa --steps 20 --eval-every 10 ${_kv_lm_argstr} --out a > a.txt
+      '$<TARGET_FILE:train_lm>' --preset csa --top-k 2 --indexer-dim 16 --steps 20 --eval-every 10 ${_kv_lm_argstr} --out c > c.txt
+      '$<TARGET_FILE:train_lm>' --preset full --steps 60 --eval-every 10 --stop-recall 0.01 ${_kv_lm_argstr} --out b > b.txt
+      grep -q '^# kvphase ' a/lm_phase.csv; grep -q '\"provenance\"' a/lm_summary.json
+      grep -q '\"top_k\": 2' c/lm_summary.json; grep -q '\"steps_trained\": 1,' b/lm_summary.json
+      test -f a/ckpt_nsa_seed1/model.safetensors
+      ${_kv_lm_report}
+      echo ok")
+  set_tests_properties(example.train_lm_quick PROPERTIES LABELS "example;torch" TIMEOUT 120 PASS_REGULAR_EXPRESSION "ok")
+  foreach(_kv_case
+      "topk_nsa|--preset nsa --top-k 2|top_k = 2: cannot be combined with nsa layers"
+      "stop_recall_range|--stop-recall 1.5|--stop-recall: value 1.5 must be"
+      "indexer_dim_rope|--preset csa --top-k 2 --indexer-dim 8|indexer_dim = 8: must be >= rope_dim")
+    string(REPLACE "|" ";" _kv_parts "${_kv_case}")
+    list(GET _kv_parts 0 _kv_name)
+    list(GET _kv_parts 1 _kv_args)
+    list(GET _kv_parts 2 _kv_expect)
+    add_test(NAME example.train_lm_hostile_${_kv_name}
+      COMMAND sh -c "'$<TARGET_FILE:train_lm>' ${_kv_args} --steps 1 --out '${_kv_lm_out}_hostile' > /dev/null 2> '${_kv_lm_out}_${_kv_name}.err'; rc=$?; cat '${_kv_lm_out}_${_kv_name}.err'; test $rc -eq 2 && echo exit-2")
+    set_tests_properties(example.train_lm_hostile_${_kv_name} PROPERTIES LABELS "example;torch" TIMEOUT 30
+      PASS_REGULAR_EXPRESSION "${_kv_expect}.*exit-2")
+  endforeach()
+endif()
