@@ -65,6 +65,37 @@ lm::model_config small_config(lm::layer_kind k, index_t d_model, index_t c, inde
   return cfg;
 }
 
+// The quick runs' data (32 context tokens, 4 pairs of 8 keys and 8 values, 4 filler tokens)
+// and model (d = 32, 2 heads of 16, 8 rotated channels); each test sets its schedule.
+lm::data_config tiny_data() {
+  lm::data_config d;
+  d.context = 32;
+  d.pairs = 4;
+  d.queries = 4;
+  d.keys = 8;
+  d.values = 8;
+  d.filler = 4;
+  return d;
+}
+lm::model_config tiny_model(const lm::data_config& d) {
+  lm::model_config m;
+  m.vocab = d.vocab();
+  m.d_model = 32;
+  m.heads = 2;
+  m.head_dim = 16;
+  m.mlp_hidden = 64;
+  m.rope_dim = 8;
+  return m;
+}
+
+// A [n, m] double tensor as an Eigen matrix (row-major, as torch's contiguous layout).
+matrix_t<double> dmat(const torch::Tensor& t) {
+  auto c = t.contiguous();
+  matrix_t<double> m(c.size(0), c.size(1));
+  std::memcpy(m.data(), c.data_ptr<double>(), sizeof(double) * static_cast<std::size_t>(m.size()));
+  return m;
+}
+
 // Largest |torch − compress::| allowed for one compressor's entries (see the first test case):
 // 2·γ_n·(1 + max|logit|)·max|out|·√c, with n = D + 2W + c + 4 (+ 3 for the blur's two adds
 // and one division before the projection).
@@ -325,12 +356,6 @@ TEST_CASE("lm indexer: top-k selection equals attention::csa_select, the KL trai
              .reshape({B, T, HI * dI});
     auto wi = att->idx->weights_proj->forward(x) / std::sqrt(static_cast<double>(HI));
     auto ki = att->idx->comp->forward(x);
-    auto dmat = [](const torch::Tensor& t) {  // [n, m] double → Eigen
-      auto c = t.contiguous();
-      matrix_t<double> m(c.size(0), c.size(1));
-      std::memcpy(m.data(), c.data_ptr<double>(), sizeof(double) * static_cast<std::size_t>(m.size()));
-      return m;
-    };
     std::vector<index_t> positions(static_cast<std::size_t>(T));
     std::iota(positions.begin(), positions.end(), index_t(0));
     index_t partial = 0;  // queries that see more than top_k entries
@@ -451,12 +476,6 @@ TEST_CASE("lm nsa layer: blocks equal attention::nsa_select, each head equals at
   auto gates = torch::sigmoid(att->branch_gate->forward(x)).reshape({B, T, H, 3});
   const auto grid = att->comp->grid();
   const index_t E = ent.size(1);
-  auto dmat = [](const torch::Tensor& t) {
-    auto c = t.contiguous();
-    matrix_t<double> m(c.size(0), c.size(1));
-    std::memcpy(m.data(), c.data_ptr<double>(), sizeof(double) * static_cast<std::size_t>(m.size()));
-    return m;
-  };
   std::vector<index_t> positions(static_cast<std::size_t>(T));
   std::iota(positions.begin(), positions.end(), index_t(0));
   const attention::block_select_params bp{.block = cfg.select_block, .top_n = cfg.select_top_n,
@@ -677,20 +696,8 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
 }
 
 TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value marginal", "[lm]") {
-  lm::data_config d;
-  d.context = 32;
-  d.pairs = 4;
-  d.queries = 4;
-  d.keys = 8;
-  d.values = 8;
-  d.filler = 4;
-  lm::model_config m;
-  m.vocab = d.vocab();
-  m.d_model = 32;
-  m.heads = 2;
-  m.head_dim = 16;
-  m.mlp_hidden = 64;
-  m.rope_dim = 8;
+  const lm::data_config d = tiny_data();
+  lm::model_config m = tiny_model(d);
   m.schedule = "csa,csa";
   lm::train_config t;
   t.steps = 300;
@@ -712,20 +719,8 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
 }
 
 TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, on the full run's schedule", "[lm]") {
-  lm::data_config d;
-  d.context = 32;
-  d.pairs = 4;
-  d.queries = 4;
-  d.keys = 8;
-  d.values = 8;
-  d.filler = 4;
-  lm::model_config m;
-  m.vocab = d.vocab();
-  m.d_model = 32;
-  m.heads = 2;
-  m.head_dim = 16;
-  m.mlp_hidden = 64;
-  m.rope_dim = 8;
+  const lm::data_config d = tiny_data();
+  lm::model_config m = tiny_model(d);
   m.schedule = "csa,full";
   lm::train_config t;
   t.steps = 60;
@@ -765,20 +760,8 @@ TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, 
 }
 
 TEST_CASE("lm quick run with an indexer: the indexer's KL to the dense attention falls", "[lm]") {
-  lm::data_config d;
-  d.context = 32;
-  d.pairs = 4;
-  d.queries = 4;
-  d.keys = 8;
-  d.values = 8;
-  d.filler = 4;
-  lm::model_config m;
-  m.vocab = d.vocab();
-  m.d_model = 32;
-  m.heads = 2;
-  m.head_dim = 16;
-  m.mlp_hidden = 64;
-  m.rope_dim = 8;
+  const lm::data_config d = tiny_data();
+  lm::model_config m = tiny_model(d);
   m.schedule = "csa,csa";
   m.top_k = 2;
   m.indexer_dim = 8;
