@@ -703,6 +703,41 @@ TEST_CASE("compress: the workspace's RoPE cache gives the same entries bit for b
   });
 }
 
+// With RMSNorm or RoPE, entries are pooled in tiles and post-processed stage by stage across a
+// tile's rows (engine::entries_tiled); the lockstep walk (interleave > 1) still runs entry() one
+// at a time. Both must give every row the same bits: 203 tokens give entry counts that are not a
+// multiple of the tile, and the grids with origins give masked first entries.
+template <class Real, class Arch>
+void tiles_match_single_entries() {
+  std::vector<kc::operator_spec> specs;
+  for (auto name : kc::preset_names) {
+    if (name != "nsa") specs.push_back(kc::preset(name));  // the MLP pool tiles on its own path
+  }
+  specs.push_back({.grid = {.window = 6, .stride = 2, .origin = 3}, .pool = kc::pool_kind::mean, .rmsnorm = true,
+                   .rope = {.anchor = kc::rope_anchor::centre}});
+  for (const auto& s : specs) {
+    if (!s.rmsnorm && s.rope.anchor == kc::rope_anchor::none) continue;
+    const index_t d = 72, N = s.grid.window > 64 ? 128 * 20 + 3 : 203;  // 72: a channel tail on every path
+    const auto p = kc::make_preset_params<Real>(s, d, 13);
+    const auto x = random_x<Real>(N, d, 17);
+    const auto tiled = kc::compress<Real, Arch>(s, p, x, 0, {.threads = 1});
+    const auto single = kc::compress<Real, Arch>(s, p, x, 0, {.threads = 1, .interleave = 4});
+    const auto two = kc::compress<Real, Arch>(s, p, x, 0, {.threads = 2});
+    INFO(s << " arch " << Arch::name() << " entries " << tiled.rows());
+    REQUIRE(tiled.rows() >= 4 * 4);  // enough entries for the lockstep walk
+    CHECK(tiled == single);
+    CHECK(tiled == two);
+  }
+}
+
+TEST_CASE("compress: post-processing in tiles of entries gives each row its one-entry bits", "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    tiles_match_single_entries<float, Arch>();
+    tiles_match_single_entries<double, Arch>();
+  });
+}
+
 TEST_CASE("compress: simple pools by hand (mean, max, weights, masked first entry)", "[compress][pool]") {
   // W = 4, S = 2 (V4): entry 0 pools positions −2 … 1 (two masked slots), entry 1 pools 0 … 3.
   matrix_t<double> x(4, 1);

@@ -554,27 +554,51 @@ inline void channel_softmax_weights(const Real* const* b, index_t n, index_t c, 
   }
 }
 
-/// out[k] = Σ_r pw[r·c + k]·pay[r][k] / ps[k] (channel_softmax_weights), accumulated as
-/// channel_softmax_pool accumulates.
+/// Channels [k, k + U·L) of channel_weighted_pool: U batch accumulators in registers, the slots
+/// in the inner loop, so U independent FMA chains are in flight instead of one.
+template <index_t U, class Real, class Arch>
+inline void channel_weighted_block(const Real* rows, index_t ld, index_t split, index_t off, const Real* pw,
+                                   const Real* ps, index_t n, index_t c, index_t k, Real* out) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size;
+  B acc[U];
+  for (index_t u = 0; u < U; ++u) acc[u] = B(Real(0));
+  for (index_t r = 0; r < n; ++r) {
+    const Real* src = rows + r * ld + (r >= split ? off : 0) + k;
+    const Real* w = pw + r * c + k;
+    for (index_t u = 0; u < U; ++u)
+      acc[u] = simd::fma(B::load_unaligned(w + u * L), B::load_unaligned(src + u * L), acc[u]);
+  }
+  for (index_t u = 0; u < U; ++u) (acc[u] / B::load_unaligned(ps + k + u * L)).store_unaligned(out + k + u * L);
+}
+
+/// out[k] = Σ_r pw[r·c + k]·pay_r[k] / ps[k] (channel_softmax_weights), accumulated as
+/// channel_softmax_pool accumulates, with slot r's payload pay_r = rows + r·ld, plus `off`
+/// columns for the slots r ≥ split (a two-stream entry's own block reads stream b).
 template <class Real, class Arch>
-inline void channel_weighted_pool(const Real* const* pay, const Real* pw, const Real* ps, index_t n, index_t c,
-                                  Real* out) noexcept {
+inline void channel_weighted_pool(const Real* rows, index_t ld, index_t split, index_t off, const Real* pw,
+                                  const Real* ps, index_t n, index_t c, Real* out) noexcept {
   index_t k = 0;
   if constexpr (!simd::is_scalar_v<Arch>) {
-    using B = xsimd::batch<Real, Arch>;
-    constexpr index_t L = B::size;
-    for (; k + L <= c; k += L) {
-      B acc(Real(0));
-      for (index_t r = 0; r < n; ++r)
-        acc = simd::fma(B::load_unaligned(pw + r * c + k), B::load_unaligned(pay[r] + k), acc);
-      (acc / B::load_unaligned(ps + k)).store_unaligned(out + k);
+    constexpr index_t L = simd::lanes<Real, Arch>();
+    // every channel's sum runs over the slots in order from 0 with one FMA per slot, whatever
+    // the block it falls in: the blocking changes the instruction schedule, not the bits
+    for (; k + 8 * L <= c; k += 8 * L) channel_weighted_block<8, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
+    if (k + 4 * L <= c) {
+      channel_weighted_block<4, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
+      k += 4 * L;
     }
+    if (k + 2 * L <= c) {
+      channel_weighted_block<2, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
+      k += 2 * L;
+    }
+    for (; k + L <= c; k += L) channel_weighted_block<1, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
   }
   for (; k < c; ++k) {
     Real acc = 0;
     // std::fma, as channel_softmax_pool: a*b + c would be contracted or not by the compiler
     // depending on each loop's shape (-march=native on Zen 4 does one and not the other)
-    for (index_t r = 0; r < n; ++r) acc = std::fma(pw[r * c + k], pay[r][k], acc);
+    for (index_t r = 0; r < n; ++r) acc = std::fma(pw[r * c + k], rows[r * ld + (r >= split ? off : 0) + k], acc);
     out[k] = acc / ps[k];
   }
 }
@@ -727,13 +751,31 @@ struct engine {
   /// `rc`: this entry's slot of the workspace's RoPE cache (rope_slot), or null.
   void entry(const rows_t& R, index_t e, Real* dst, bool nt, Real* scratch, const Real** ptrs,
              double* rc = nullptr) const noexcept {
+    Real* row = post ? scratch : dst;
+    pool(R, e, row, nt && !post, scratch + c, ptrs);
+    if (post) finish(row, e, dst, nt, rc);
+  }
+
+  /// Rows of a tile of entries_tiled.
+  static constexpr index_t tile_rows = 16;
+
+  /// Entries [e, e + m) (m ≤ tile_rows) pooled into `tile` (m rows of c values), then post-
+  /// processed (finish_tile) and stored to dst (m rows). Every row gets entry()'s operations
+  /// and bits; the tile only lets the rows' latency chains (RMSNorm's reduction, square root and
+  /// division) overlap instead of running one after another.
+  void entries_tiled(const rows_t& R, index_t e, index_t m, Real* tile, Real* dst, bool nt, Real* scratch,
+                     const Real** ptrs, double* rc = nullptr) const noexcept {
+    for (index_t i = 0; i < m; ++i) pool(R, e + i, tile + i * c, false, scratch + c, ptrs);
+    finish_tile(tile, m, e, dst, nt, rc);
+  }
+
+  /// Pools entry e (no post-processing) into `row` (c values; with direct_nt aligned and written
+  /// with non-temporal stores). `work`: the scratch after the post-processing row buffer.
+  void pool(const rows_t& R, index_t e, Real* row, bool direct_nt, Real* work, const Real** ptrs) const noexcept {
     const token_range src = g.sources(e);
     const index_t m0 = std::max<index_t>(0, -src.first);  // masked leading slots
     const index_t n = W - m0;
     const index_t t0 = src.first + m0 - R.pos0;          // row of the first unmasked slot
-    Real* row = post ? scratch : dst;
-    const bool direct_nt = nt && !post;
-    Real* work = scratch + c;
     switch (spec->pool) {
       case pool_kind::identity:
       case pool_kind::mean:
@@ -768,6 +810,11 @@ struct engine {
         const Real** P = ptrs;
         const Real** Z = ptrs + W;
         const Real** Bp = ptrs + 2 * W;
+        if (m0 == 0 && !gate_w.empty() && !R.z) {  // the once-per-call weights apply
+          channel_weighted_pool<Real, Arch>(R.pay + t0 * R.ldp, R.ldp, ts ? S : n, R.pay_b, gate_w.data(),
+                                            gate_s.data(), n, c, row);
+          break;
+        }
         for (index_t i = 0; i < n; ++i) {
           const index_t r = m0 + i;
           const index_t half = (ts && r >= S) ? c : 0;
@@ -776,11 +823,7 @@ struct engine {
           Z[i] = R.z ? R.z + t * R.ldz + half : nullptr;
           Bp[i] = bias_row(r);
         }
-        if (m0 == 0 && !gate_w.empty() && !R.z) {
-          channel_weighted_pool<Real, Arch>(P, gate_w.data(), gate_s.data(), n, c, row);
-        } else {
-          channel_softmax_pool<Real, Arch>(P, Z, Bp, n, c, row, sbuf);
-        }
+        channel_softmax_pool<Real, Arch>(P, Z, Bp, n, c, row, sbuf);
         break;
       }
       case pool_kind::mlp: {
@@ -806,7 +849,6 @@ struct engine {
         break;
       }
     }
-    if (post) finish(row, e, dst, nt, rc);
   }
 
   /// Doubles per entry of the RoPE cache: the anchor position, then a cosine and a sine per pair.
@@ -822,19 +864,42 @@ struct engine {
     if (spec->rmsnorm) {
       rms_norm_inplace<Real, Arch>(row, c, spec->rms_eps, p->rms_weight.size() ? p->rms_weight.data() : nullptr);
     }
-    if (do_rope) {
-      const double pos = anchor_position(g, e, spec->rope.anchor);
-      if (rc) {
-        if (!(rc[0] == pos)) {  // a new slot holds NaN
-          rc[0] = pos;
-          rope_cos_sin(pos, rope, rc + 1);
-        }
-        apply_rope_cs(row, rc + 1, rope);
-      } else {
-        apply_rope(row, pos, rope);
+    if (do_rope) rope_row(row, e, rc);
+    copy_row(row, dst, nt);
+  }
+
+  /// finish() of m consecutive entries e, e + 1, … held in `tile` (row i at tile + i·c), stage
+  /// by stage across the rows, then stored to dst (row i at dst + i·c). `rc`: entry e's RoPE
+  /// cache slot (the next entries' follow it), or null. Rows are bitwise finish()'s.
+  void finish_tile(Real* tile, index_t m, index_t e, Real* dst, bool nt, double* rc = nullptr) const noexcept {
+    if (spec->rmsnorm) {
+      const Real* w = p->rms_weight.size() ? p->rms_weight.data() : nullptr;
+      for (index_t i0 = 0; i0 < m; i0 += tile_rows) {
+        const index_t m1 = std::min(tile_rows, m - i0);
+        Real inv[tile_rows];
+        for (index_t i = 0; i < m1; ++i) inv[i] = rms_inverse<Real, Arch>(tile + (i0 + i) * c, c, spec->rms_eps);
+        for (index_t i = 0; i < m1; ++i) rms_scale<Real, Arch>(tile + (i0 + i) * c, c, inv[i], w);
       }
     }
-    copy_row(row, dst, nt);
+    if (do_rope) {
+      for (index_t i = 0; i < m; ++i) rope_row(tile + i * c, e + i, rope_slot(rc, i));
+    }
+    for (index_t i = 0; i < m; ++i) copy_row(tile + i * c, dst + i * c, nt);
+  }
+
+  /// RoPE of entry e's row at its anchor, from the cache slot rc (filled when it holds another
+  /// position) or, without one, computed here.
+  void rope_row(Real* row, index_t e, double* rc) const noexcept {
+    const double pos = anchor_position(g, e, spec->rope.anchor);
+    if (rc) {
+      if (!(rc[0] == pos)) {  // a new slot holds NaN
+        rc[0] = pos;
+        rope_cos_sin(pos, rope, rc + 1);
+      }
+      apply_rope_cs(row, rc + 1, rope);
+    } else {
+      apply_rope(row, pos, rope);
+    }
   }
 
   /// Weights of a linear pool renormalised over slots m0 … W−1 (as operator_spec::
@@ -969,14 +1034,15 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
     gemm_rows<Real>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
     for (index_t i = 0; i < m; ++i) mlp_activate<Real, Arch>(Hm + i * H, p.mlp_b1.size() ? p.mlp_b1.data() : nullptr, H, p.activation);
     gemm_rows<Real>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
-    for (index_t i = 0; i < m; ++i) {
-      Real* row = O + i * c;
-      if (p.mlp_b2.size()) {
-        for (index_t k = 0; k < c; ++k) row[k] += p.mlp_b2[k];
-      }
-      Real* dst = out + (t0 + i - e0) * c;
-      if (eng.post) eng.finish(row, t0 + i, dst, nt, eng.rope_slot(rc, t0 + i - e0));
-      else eng.copy_row(row, dst, nt);
+    if (p.mlp_b2.size()) {
+      for (index_t i = 0; i < m; ++i)
+        for (index_t k = 0; k < c; ++k) O[i * c + k] += p.mlp_b2[k];
+    }
+    Real* dst = out + (t0 - e0) * c;
+    if (eng.post) {
+      eng.finish_tile(O, m, t0, dst, nt, eng.rope_slot(rc, t0 - e0));
+    } else {
+      for (index_t i = 0; i < m; ++i) eng.copy_row(O + i * c, dst + i * c, nt);
     }
   }
 }
@@ -1119,7 +1185,14 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     }
     Real* sc = scratch[static_cast<std::size_t>(tid)].data();
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
-    if (q <= 1 || b - a < 4 * q) {
+    if ((q <= 1 || b - a < 4 * q) && eng.post) {
+      constexpr index_t T = engine<Real, Arch>::tile_rows;
+      auto& tile = tiles[static_cast<std::size_t>(tid)];
+      if (tile.size() < static_cast<std::size_t>(T * c)) tile.resize(static_cast<std::size_t>(T * c));
+      for (index_t e = a; e < b; e += T)
+        eng.entries_tiled(R, e, std::min(T, b - e), tile.data(), out + (e - e0) * c, nt_store, sc, pt,
+                          eng.rope_slot(rc, e - e0));
+    } else if (q <= 1 || b - a < 4 * q) {
       for (index_t e = a; e < b; ++e) eng.entry(R, e, out + (e - e0) * c, nt_store, sc, pt, eng.rope_slot(rc, e - e0));
     } else {
       // q contiguous sub-ranges walked in lockstep: q concurrent read streams

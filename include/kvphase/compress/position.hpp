@@ -24,12 +24,17 @@
 
 namespace kvphase::compress {
 
-/// RMSNorm of one row in place: row[i] ← row[i] / sqrt(Σ row² / dim + eps) · weight[i].
-/// `weight` may be null (no weight). dim ≥ 1, eps > 0 (not checked: kernel).
+/// The two steps of rms_norm_inplace, for callers that normalise several rows stage by stage (the
+/// compressor's tiles): rms_inverse gives 1 / sqrt(Σ row² / dim + eps) rounded to Real, and
+/// rms_scale multiplies the row by it (and the weight); together, rms_norm_inplace bit for bit.
 template <class Real, class Arch = simd::default_arch>
-inline void rms_norm_inplace(Real* row, index_t dim, double eps, const Real* weight = nullptr) noexcept {
+inline Real rms_inverse(const Real* row, index_t dim, double eps) noexcept {
   const double ss = static_cast<double>(simd::dot<Real, Arch>(row, row, dim));
-  const Real inv = static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+  return static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+}
+
+template <class Real, class Arch = simd::default_arch>
+inline void rms_scale(Real* row, index_t dim, Real inv, const Real* weight = nullptr) noexcept {
   if (weight == nullptr) {
     simd::scale<Real, Arch>(inv, row, dim);
     return;
@@ -44,6 +49,13 @@ inline void rms_norm_inplace(Real* row, index_t dim, double eps, const Real* wei
     }
   }
   for (; i < dim; ++i) row[i] = row[i] * inv * weight[i];
+}
+
+/// RMSNorm of one row in place: row[i] ← row[i] / sqrt(Σ row² / dim + eps) · weight[i].
+/// `weight` may be null (no weight). dim ≥ 1, eps > 0 (not checked: kernel).
+template <class Real, class Arch = simd::default_arch>
+inline void rms_norm_inplace(Real* row, index_t dim, double eps, const Real* weight = nullptr) noexcept {
+  rms_scale<Real, Arch>(row, dim, rms_inverse<Real, Arch>(row, dim, eps), weight);
 }
 
 /// Checked form: throws kvphase::error for dim < 1 or eps ≤ 0 / non-finite.
