@@ -626,7 +626,9 @@ TEST_CASE("compress: hand-computed channel gate and two-stream V4-CSA (d = 2, S 
 // A channel gate without content logits has the same weights in every complete entry, and the
 // engine computes their exponentials once per call (compress/pool.hpp, channel_softmax_weights).
 // The same parameters with an all-zero logit map take the per-entry path: the outputs must be
-// bitwise equal, masked leading entries and the scalar channel tail (d = 37) included.
+// bitwise equal, masked leading entries and the scalar channel tail (d = 37, 72) included. With
+// post-processing, 203 tokens give several tiles of entries pooled in pairs
+// (channel_weighted_entries) and an odd one.
 template <class Real, class Arch>
 void bias_only_gate_equals_per_entry_path() {
   const kc::operator_spec specs[] = {
@@ -636,7 +638,7 @@ void bias_only_gate_equals_per_entry_path() {
       {.grid = {.window = 4, .stride = 4, .origin = 2}, .pool = kc::pool_kind::channel_gate}};
   for (const auto& s : specs) {
     for (const bool project : {false, true}) {
-      for (const index_t d : {index_t(16), index_t(37)}) {
+      for (const index_t d : {index_t(16), index_t(37), index_t(72)}) {
         kc::param_init init{.seed = 3, .project_payload = project, .out_dim = project ? d : 0, .bias_std = 1.3};
         const auto fast = kc::make_params<Real>(s, d, init, 0);
         REQUIRE(fast.w_z.size() == 0);
@@ -644,7 +646,7 @@ void bias_only_gate_equals_per_entry_path() {
         auto slow = fast;
         const index_t f = s.pool == kc::pool_kind::two_stream ? 2 : 1;
         slow.w_z.setZero(d, f * fast.output_dim(s, d));
-        const auto x = random_x<Real>(61, d, 7);
+        const auto x = random_x<Real>(s.rmsnorm ? 203 : 61, d, 7);
         const auto a = kc::compress<Real, Arch>(s, fast, x);
         const auto b = kc::compress<Real, Arch>(s, slow, x);
         INFO(Arch::name() << " " << s << " project " << project << " d " << d);

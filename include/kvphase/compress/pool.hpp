@@ -554,53 +554,80 @@ inline void channel_softmax_weights(const Real* const* b, index_t n, index_t c, 
   }
 }
 
-/// Channels [k, k + U·L) of channel_weighted_pool: U batch accumulators in registers, the slots
-/// in the inner loop, so U independent FMA chains are in flight instead of one.
-template <index_t U, class Real, class Arch>
-inline void channel_weighted_block(const Real* rows, index_t ld, index_t split, index_t off, const Real* pw,
-                                   const Real* ps, index_t n, index_t c, index_t k, Real* out) noexcept {
+/// Channels [k, k + U·L) of P consecutive entries of channel_weighted_entries: P·U batch
+/// accumulators in registers, the slots in the inner loop, each weight batch loaded once for the
+/// P entries, so P·U independent FMA chains are in flight.
+template <index_t P, index_t U, class Real, class Arch>
+inline void channel_weighted_group(const Real* rows, index_t ld, index_t step_ld, index_t split, index_t off,
+                                   const Real* pw, const Real* ps, index_t n, index_t c, index_t k,
+                                   Real* out) noexcept {
   using B = xsimd::batch<Real, Arch>;
   constexpr index_t L = B::size;
-  B acc[U];
-  for (index_t u = 0; u < U; ++u) acc[u] = B(Real(0));
+  B acc[P][U];
+  for (index_t e = 0; e < P; ++e)
+    for (index_t u = 0; u < U; ++u) acc[e][u] = B(Real(0));
   for (index_t r = 0; r < n; ++r) {
     const Real* src = rows + r * ld + (r >= split ? off : 0) + k;
     const Real* w = pw + r * c + k;
-    for (index_t u = 0; u < U; ++u)
-      acc[u] = simd::fma(B::load_unaligned(w + u * L), B::load_unaligned(src + u * L), acc[u]);
+    for (index_t u = 0; u < U; ++u) {
+      const B wu = B::load_unaligned(w + u * L);
+      for (index_t e = 0; e < P; ++e) acc[e][u] = simd::fma(wu, B::load_unaligned(src + e * step_ld + u * L), acc[e][u]);
+    }
   }
-  for (index_t u = 0; u < U; ++u) (acc[u] / B::load_unaligned(ps + k + u * L)).store_unaligned(out + k + u * L);
+  for (index_t u = 0; u < U; ++u) {
+    const B q = B::load_unaligned(ps + k + u * L);
+    for (index_t e = 0; e < P; ++e) (acc[e][u] / q).store_unaligned(out + e * c + k + u * L);
+  }
 }
 
-/// out[k] = Σ_r pw[r·c + k]·pay_r[k] / ps[k] (channel_softmax_weights), accumulated as
-/// channel_softmax_pool accumulates, with slot r's payload pay_r = rows + r·ld, plus `off`
-/// columns for the slots r ≥ split (a two-stream entry's own block reads stream b).
-template <class Real, class Arch>
-inline void channel_weighted_pool(const Real* rows, index_t ld, index_t split, index_t off, const Real* pw,
-                                  const Real* ps, index_t n, index_t c, Real* out) noexcept {
+/// Channels [0, c) of P consecutive entries (channel_weighted_entries).
+template <index_t P, class Real, class Arch>
+inline void channel_weighted_row_group(const Real* rows, index_t ld, index_t step_ld, index_t split, index_t off,
+                                       const Real* pw, const Real* ps, index_t n, index_t c, Real* out) noexcept {
   index_t k = 0;
   if constexpr (!simd::is_scalar_v<Arch>) {
     constexpr index_t L = simd::lanes<Real, Arch>();
-    // every channel's sum runs over the slots in order from 0 with one FMA per slot, whatever
-    // the block it falls in: the blocking changes the instruction schedule, not the bits
-    for (; k + 8 * L <= c; k += 8 * L) channel_weighted_block<8, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
-    if (k + 4 * L <= c) {
-      channel_weighted_block<4, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
-      k += 4 * L;
-    }
-    if (k + 2 * L <= c) {
-      channel_weighted_block<2, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
-      k += 2 * L;
-    }
-    for (; k + L <= c; k += L) channel_weighted_block<1, Real, Arch>(rows, ld, split, off, pw, ps, n, c, k, out);
+    for (; k + 4 * L <= c; k += 4 * L)
+      channel_weighted_group<P, 4, Real, Arch>(rows, ld, step_ld, split, off, pw, ps, n, c, k, out);
+    for (; k + L <= c; k += L) channel_weighted_group<P, 1, Real, Arch>(rows, ld, step_ld, split, off, pw, ps, n, c, k, out);
   }
   for (; k < c; ++k) {
-    Real acc = 0;
-    // std::fma, as channel_softmax_pool: a*b + c would be contracted or not by the compiler
-    // depending on each loop's shape (-march=native on Zen 4 does one and not the other)
-    for (index_t r = 0; r < n; ++r) acc = std::fma(pw[r * c + k], rows[r * ld + (r >= split ? off : 0) + k], acc);
-    out[k] = acc / ps[k];
+    for (index_t e = 0; e < P; ++e) {
+      Real acc = 0;
+      // std::fma, as channel_softmax_pool: a*b + c would be contracted or not by the compiler
+      // depending on each loop's shape (-march=native on Zen 4 does one and not the other)
+      for (index_t r = 0; r < n; ++r)
+        acc = std::fma(pw[r * c + k], rows[e * step_ld + r * ld + (r >= split ? off : 0) + k], acc);
+      out[e * c + k] = acc / ps[k];
+    }
   }
+}
+
+/// out_i[k] = Σ_r pw[r·c + k]·pay_{i,r}[k] / ps[k] (channel_softmax_weights) for m consecutive
+/// entries i of a grid of stride `step` rows, accumulated as channel_softmax_pool accumulates:
+/// slot r of entry i reads rows + (i·step + r)·ld, plus `off` columns for the slots r ≥ split (a
+/// two-stream entry's own block reads stream b); entry i is written to out + i·c. Entries go in
+/// pairs, so two entries' FMA chains overlap instead of one entry's chains running one after
+/// another (groups of four were no faster on AVX-512: 0.38–0.42 against 0.36–0.40 ms for the
+/// V4-CSA general-path call at N = 32768, d = 64); every channel's sum is the same slot-ordered
+/// chain of FMAs whatever the group, so the bits do not depend on it.
+template <class Real, class Arch>
+inline void channel_weighted_entries(const Real* rows, index_t ld, index_t step, index_t split, index_t off,
+                                     const Real* pw, const Real* ps, index_t n, index_t c, index_t m,
+                                     Real* out) noexcept {
+  constexpr index_t P = 2;
+  index_t i = 0;
+  for (; i + P <= m; i += P)
+    channel_weighted_row_group<P, Real, Arch>(rows + i * step * ld, ld, step * ld, split, off, pw, ps, n, c, out + i * c);
+  for (; i < m; ++i)
+    channel_weighted_row_group<1, Real, Arch>(rows + i * step * ld, ld, 0, split, off, pw, ps, n, c, out + i * c);
+}
+
+/// channel_weighted_entries of one entry.
+template <class Real, class Arch>
+inline void channel_weighted_pool(const Real* rows, index_t ld, index_t split, index_t off, const Real* pw,
+                                  const Real* ps, index_t n, index_t c, Real* out) noexcept {
+  channel_weighted_row_group<1, Real, Arch>(rows, ld, 0, split, off, pw, ps, n, c, out);
 }
 
 template <class Real, class Arch>
@@ -765,7 +792,19 @@ struct engine {
   /// division) overlap instead of running one after another.
   void entries_tiled(const rows_t& R, index_t e, index_t m, Real* tile, Real* dst, bool nt, Real* scratch,
                      const Real** ptrs, double* rc = nullptr) const noexcept {
-    for (index_t i = 0; i < m; ++i) pool(R, e + i, tile + i * c, false, scratch + c, ptrs);
+    index_t i = 0;
+    if (!gate_w.empty() && !R.z) {
+      // a channel gate with fixed weights: the entries with masked slots one by one, the rest in
+      // one loop (their first sources are S rows apart)
+      for (; i < m && g.sources(e + i).first < 0; ++i) pool(R, e + i, tile + i * c, false, scratch + c, ptrs);
+      if (i < m) {
+        const bool ts = spec->pool == pool_kind::two_stream;
+        channel_weighted_entries<Real, Arch>(R.pay + (g.sources(e + i).first - R.pos0) * R.ldp, R.ldp, S, ts ? S : W,
+                                             R.pay_b, gate_w.data(), gate_s.data(), W, c, m - i, tile + i * c);
+        i = m;
+      }
+    }
+    for (; i < m; ++i) pool(R, e + i, tile + i * c, false, scratch + c, ptrs);
     finish_tile(tile, m, e, dst, nt, rc);
   }
 
@@ -877,7 +916,7 @@ struct engine {
       for (index_t i0 = 0; i0 < m; i0 += tile_rows) {
         const index_t m1 = std::min(tile_rows, m - i0);
         Real inv[tile_rows];
-        for (index_t i = 0; i < m1; ++i) inv[i] = rms_inverse<Real, Arch>(tile + (i0 + i) * c, c, spec->rms_eps);
+        rms_inverses<Real, Arch>(tile + i0 * c, c, m1, c, spec->rms_eps, inv);
         for (index_t i = 0; i < m1; ++i) rms_scale<Real, Arch>(tile + (i0 + i) * c, c, inv[i], w);
       }
     }
