@@ -827,10 +827,49 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
   CHECK(a == e);
 }
 
-// The SIMD paths compute projections and the MLP with Eigen's blocked GEMM (detail/gemm.hpp):
-// depths above the kernel's depth block (d = 1300 > kc) and MLPs of more than one entry tile
-// (550 entries, tiles of 512 at W·d = 64) against the reference, and each row's bits independent of the rows
-// computed with it (one row at a time, any thread count, pieces of a stream).
+// On hardware-FMA paths the projections and the MLP run on the library's packed kernel
+// (detail::gemm_rows_fma), where every element of C is one FMA chain over the whole depth from
+// zero: bitwise the scalar std::fma chain, whatever the row count (row groups of 6 and single
+// rows), the depth blocks (k = 300: 128 + 128 + 44) and partial panels (n = 70, 133).
+template <class Real, class Arch>
+void gemm_is_one_fma_chain_per_element() {
+  if constexpr (simd::fused_fma<Arch>()) {
+    for (const index_t n : {index_t(70), index_t(133)}) {
+      const index_t m = 13, k = 300, lda = k + 3, ldb = n + 5, ldc = n + 2;
+      const auto A = random_x<Real>(m, lda, 41);
+      const auto B = random_x<Real>(k, ldb, 42);
+      std::vector<Real> C(static_cast<std::size_t>(m * ldc), Real(-7)), scratch;
+      kc::detail::gemm_rows_fma<Real, Arch>(A.data(), lda, B.data(), ldb, m, k, n, C.data(), ldc, scratch);
+      index_t bad = 0;
+      for (index_t i = 0; i < m; ++i) {
+        for (index_t j = 0; j < ldc; ++j) {
+          Real want = Real(-7);  // the padding columns are not written
+          if (j < n) {
+            want = 0;
+            for (index_t p = 0; p < k; ++p) want = std::fma(A(i, p), B(p, j), want);
+          }
+          bad += std::memcmp(&want, &C[static_cast<std::size_t>(i * ldc + j)], sizeof(Real)) != 0;
+        }
+      }
+      INFO(Arch::name() << " n " << n);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("compress: the FMA-path GEMM gives every element its scalar FMA chain bit for bit", "[compress][pool][gemm]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    gemm_is_one_fma_chain_per_element<float, Arch>();
+    gemm_is_one_fma_chain_per_element<double, Arch>();
+  });
+}
+
+// The SIMD paths compute projections and the MLP with a blocked GEMM (detail/gemm.hpp: the
+// packed FMA kernel, Eigen's on SSE2): depths above the kernel's depth block (d = 1300 > KC)
+// and MLPs of more than one entry tile (550 entries, tiles of 512 at W·d = 64) against the
+// reference, and each row's bits independent of the rows computed with it (one row at a time,
+// any thread count, pieces of a stream).
 TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the reference, rows independent of the split",
           "[compress][pool][gemm]") {
   {
@@ -839,16 +878,19 @@ TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the r
     const auto p = params_for<float>(s, 1300, 0, 100, true, false, false, kc::mlp_activation::gelu);
     const auto x = random_x<float>(21, 1300, 31);
     simd::for_each_arch([&](auto arch) { check_against_reference<float, decltype(arch)>(s, p, x, 0); });
-    const auto whole = kc::project_tokens(s, p, x);
-    for (index_t t = 0; t < x.rows(); ++t) {
-      const matrix_t<float> row = x.middleRows(t, 1);
-      const auto one = kc::project_tokens(s, p, row);
-      CHECK(one.payload.row(0) == whole.payload.row(t));
-      CHECK(one.logits.row(0) == whole.logits.row(t));
-    }
-    const auto two = kc::project_tokens(s, p, x, 0, {.threads = 2});
-    CHECK(two.payload == whole.payload);
-    CHECK(two.logits == whole.logits);
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      const auto whole = kc::project_tokens<float, Arch>(s, p, x);
+      for (index_t t = 0; t < x.rows(); ++t) {
+        const matrix_t<float> row = x.middleRows(t, 1);
+        const auto one = kc::project_tokens<float, Arch>(s, p, row);
+        CHECK(one.payload.row(0) == whole.payload.row(t));
+        CHECK(one.logits.row(0) == whole.logits.row(t));
+      }
+      const auto two = kc::project_tokens<float, Arch>(s, p, x, 0, {.threads = 2});
+      CHECK(two.payload == whole.payload);
+      CHECK(two.logits == whole.logits);
+    });
   }
   {
     const kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::mlp, .rmsnorm = true,

@@ -1016,8 +1016,8 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
       const index_t step = piece > 0 ? piece : std::max<index_t>(1, r1 - r0);
       for (index_t a = r0; a < r1; a += step) {
         const index_t m = std::min(step, r1 - a);
-        gemm_rows<Real>(x + a * ldx, ldx, M.data(), cols, m, d, cols, out + a * cols, cols, pad);
-        if (M2) gemm_rows<Real>(x + a * ldx, ldx, M2->data(), cols2, m, d, cols2, out2 + a * cols2, cols2, pad);
+        gemm_rows_on<Real, Arch>(x + a * ldx, ldx, M.data(), cols, m, d, cols, out + a * cols, cols, pad);
+        if (M2) gemm_rows_on<Real, Arch>(x + a * ldx, ldx, M2->data(), cols2, m, d, cols2, out2 + a * cols2, cols2, pad);
       }
     };
 #if defined(_OPENMP)
@@ -1070,9 +1070,9 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
         }
       }
     }
-    gemm_rows<Real>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
+    gemm_rows_on<Real, Arch>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
     for (index_t i = 0; i < m; ++i) mlp_activate<Real, Arch>(Hm + i * H, p.mlp_b1.size() ? p.mlp_b1.data() : nullptr, H, p.activation);
-    gemm_rows<Real>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
+    gemm_rows_on<Real, Arch>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
     if (p.mlp_b2.size()) {
       for (index_t i = 0; i < m; ++i)
         for (index_t k = 0; k < c; ++k) O[i * c + k] += p.mlp_b2[k];

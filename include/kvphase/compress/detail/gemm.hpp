@@ -15,6 +15,16 @@
 /// is one FMA chain. gemm_rows therefore feeds rows in groups of `row_group` (a multiple of
 /// every nr Eigen uses) and pads the last partial group with zero rows in scratch.
 /// tests/test_compress_pool.cpp checks that invariance (threads, streams, single rows).
+///
+/// On the hardware-FMA paths (AVX2 + FMA, AVX-512) the products run on the library's own packed
+/// kernel instead (gemm_rows_fma): every element of C is ONE fused multiply-add chain over the
+/// whole depth, k = 0, 1, … in order from zero, so a row's bits depend on nothing but its row of
+/// A and B, whatever the blocking, the row grouping or the thread split. It exists because
+/// Eigen's kernel, as GCC 12 compiles it, reloads each packed A vector from memory for every
+/// one of its four B columns (12 loads per 12 FMAs in its 48 × 4 tile), which held V4-CSA's
+/// projections at 0.53 of the FMA peak on an AMD Zen 5 core (docs/performance.md). The SSE2
+/// path keeps Eigen: its multiply-adds are not fused, so a kernel of its own would round
+/// differently with the loop shape the compiler sees.
 
 #include <algorithm>
 #include <cstring>
@@ -22,6 +32,7 @@
 
 #include <Eigen/Core>
 
+#include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
 namespace kvphase::compress::detail {
@@ -62,6 +73,124 @@ void gemm_rows(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m
     product(pa, k, row_group, pc, n);
     for (index_t i = 0; i < rest; ++i)
       std::memcpy(C + (full + i) * ldc, pc + i * n, static_cast<std::size_t>(n) * sizeof(Real));
+  }
+}
+
+/// Register tile of gemm_rows_fma on Arch: MR rows of A times NR batches of columns of B, with
+/// MR·NR accumulators (24 of the 32 AVX-512 registers; 12 of the 16 AVX2 ones).
+template <class Real, class Arch>
+struct gemm_tile {
+  static constexpr index_t L = simd::lanes<Real, Arch>();
+  static constexpr bool wide = L * static_cast<index_t>(sizeof(Real)) >= 64;
+  static constexpr index_t MR = 6;
+  static constexpr index_t NR = wide ? 4 : 2;
+  static constexpr index_t NC = NR * L;  ///< columns of a packed panel
+  static constexpr index_t KC = 128;     ///< depth of a packed block (a panel: KC·NC values, 32 KiB in float on AVX-512)
+  /// panels per packed block: about 256 KiB of B, L2-resident while every row group passes over it
+  static constexpr index_t panels = std::max<index_t>(1, (index_t(256) << 10) / (KC * NC * static_cast<index_t>(sizeof(Real))));
+};
+
+/// C[0 … MRt) × [0 … ncols) (ldc) of one panel: acc = (first ? 0 : C); acc = fma(A[i][p], Bp[p], acc)
+/// for p = 0 … kc − 1 in order (A row i at A + i·lda, the panel Bp packed kc × NC); C = acc.
+/// Partial panels (ncols < NC; Bp zero-padded) go through a buffer of NC columns per row.
+template <index_t MRt, class Real, class Arch>
+inline void gemm_micro(const Real* A, index_t lda, const Real* Bp, index_t kc, Real* C, index_t ldc, index_t ncols,
+                       bool first) noexcept {
+  using T = gemm_tile<Real, Arch>;
+  using Bt = xsimd::batch<Real, Arch>;
+  constexpr index_t L = T::L, NR = T::NR, NC = T::NC;
+  Bt acc[MRt][NR];
+  Real buf[MRt * NC];
+  const bool full = ncols == NC;
+  Real* c = full ? C : buf;
+  const index_t lc = full ? ldc : NC;
+  if (!full && !first) {
+    for (index_t i = 0; i < MRt; ++i) {
+      std::copy(C + i * ldc, C + i * ldc + ncols, buf + i * NC);
+      std::fill(buf + i * NC + ncols, buf + (i + 1) * NC, Real(0));
+    }
+  }
+  for (index_t i = 0; i < MRt; ++i)
+    for (index_t j = 0; j < NR; ++j) acc[i][j] = first ? Bt(Real(0)) : Bt::load_unaligned(c + i * lc + j * L);
+  for (index_t p = 0; p < kc; ++p) {
+    const Real* b = Bp + p * NC;
+    Bt bv[NR];
+    for (index_t j = 0; j < NR; ++j) bv[j] = Bt::load_unaligned(b + j * L);
+    for (index_t i = 0; i < MRt; ++i) {
+      const Bt a(A[i * lda + p]);
+      for (index_t j = 0; j < NR; ++j) acc[i][j] = simd::fma(a, bv[j], acc[i][j]);
+    }
+  }
+  for (index_t i = 0; i < MRt; ++i)
+    for (index_t j = 0; j < NR; ++j) acc[i][j].store_unaligned(c + i * lc + j * L);
+  if (!full) {
+    for (index_t i = 0; i < MRt; ++i) std::copy(buf + i * NC, buf + i * NC + ncols, C + i * ldc);
+  }
+}
+
+/// gemm_rows on a hardware-FMA path (see the file comment): B is packed per block of KC depth ×
+/// `panels` panels into `pack`, and every row group of MR rows (the rest one row at a time)
+/// passes over the block's panels while its KC-slice of A stays in L1.
+template <class Real, class Arch>
+void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
+                   index_t ldc, std::vector<Real>& pack) {
+  using T = gemm_tile<Real, Arch>;
+  constexpr index_t MR = T::MR, NC = T::NC, KC = T::KC, NB = T::panels * T::NC;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (index_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, Real(0));
+    return;
+  }
+  if (pack.size() < static_cast<std::size_t>(KC * NB)) pack.resize(static_cast<std::size_t>(KC * NB));
+  for (index_t jc = 0; jc < n; jc += NB) {
+    const index_t nb = std::min(NB, n - jc);
+    const index_t np = (nb + NC - 1) / NC;
+    for (index_t pc = 0; pc < k; pc += KC) {
+      const index_t kc = std::min(KC, k - pc);
+      // panel q holds B[pc … pc + kc) × [jc + q·NC, +NC), row-major, zero past column n
+      for (index_t q = 0; q < np; ++q) {
+        const index_t j0 = jc + q * NC, w = std::min(NC, n - j0);
+        Real* dst = pack.data() + q * KC * NC;
+        for (index_t p = 0; p < kc; ++p) {
+          const Real* src = B + (pc + p) * ldb + j0;
+          std::copy(src, src + w, dst + p * NC);
+          std::fill(dst + p * NC + w, dst + (p + 1) * NC, Real(0));
+        }
+      }
+      const bool first = pc == 0;
+      constexpr index_t per_line = 64 / static_cast<index_t>(sizeof(Real));
+      index_t i = 0;
+      for (; i + MR <= m; i += MR) {
+        // the next row group's KC-slice of A, requested now: its rows lie lda apart (a slice of
+        // a 4096-wide row is 8 cache lines), which the hardware prefetchers do not follow
+        for (index_t r = i + MR; r < std::min(m, i + 2 * MR); ++r)
+          for (index_t p = 0; p < kc; p += per_line) __builtin_prefetch(A + r * lda + pc + p);
+        for (index_t q = 0; q < np; ++q) {
+          const index_t j0 = jc + q * NC;
+          gemm_micro<MR, Real, Arch>(A + i * lda + pc, lda, pack.data() + q * KC * NC, kc, C + i * ldc + j0, ldc,
+                                     std::min(NC, n - j0), first);
+        }
+      }
+      for (; i < m; ++i) {
+        for (index_t q = 0; q < np; ++q) {
+          const index_t j0 = jc + q * NC;
+          gemm_micro<1, Real, Arch>(A + i * lda + pc, lda, pack.data() + q * KC * NC, kc, C + i * ldc + j0, ldc,
+                                    std::min(NC, n - j0), first);
+        }
+      }
+    }
+  }
+}
+
+/// The product of the compressor's projections and MLP on path Arch: gemm_rows_fma where the
+/// path has a hardware FMA, Eigen's kernel (gemm_rows) elsewhere.
+template <class Real, class Arch>
+void gemm_rows_on(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
+                  index_t ldc, std::vector<Real>& scratch) {
+  if constexpr (simd::fused_fma<Arch>()) {
+    gemm_rows_fma<Real, Arch>(A, lda, B, ldb, m, k, n, C, ldc, scratch);
+  } else {
+    gemm_rows<Real>(A, lda, B, ldb, m, k, n, C, ldc, scratch);
   }
 }
 
