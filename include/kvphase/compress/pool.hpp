@@ -608,9 +608,8 @@ inline void channel_weighted_row_group(const Real* rows, index_t ld, index_t ste
 /// slot r of entry i reads rows + (i·step + r)·ld, plus `off` columns for the slots r ≥ split (a
 /// two-stream entry's own block reads stream b); entry i is written to out + i·c. Entries go in
 /// pairs, so two entries' FMA chains overlap instead of one entry's chains running one after
-/// another (groups of four were no faster on AVX-512: 0.38–0.42 against 0.36–0.40 ms for the
-/// V4-CSA general-path call at N = 32768, d = 64); every channel's sum is the same slot-ordered
-/// chain of FMAs whatever the group, so the bits do not depend on it.
+/// another (groups of four were no faster on an AVX-512 Zen 5 core); every channel's sum is the
+/// same slot-ordered chain of FMAs whatever the group, so the bits do not depend on it.
 template <class Real, class Arch>
 inline void channel_weighted_entries(const Real* rows, index_t ld, index_t step, index_t split, index_t off,
                                      const Real* pw, const Real* ps, index_t n, index_t c, index_t m,
