@@ -987,8 +987,9 @@ template <class Real>
 }
 
 /// Token projections out[t] = x[t] · M and, with M2, out2[t] = x[t] · M2, for t in [0, n) (out is
-/// n × M.cols(), out2 n × M2.cols()). SIMD paths: Eigen's blocked GEMM (detail/gemm.hpp) on row
-/// groups split statically over threads, each thread's rows in pieces (projection_piece_rows)
+/// n × M.cols(), out2 n × M2.cols()). SIMD paths: the blocked GEMM of detail/gemm.hpp (the
+/// library's packed FMA kernel, Eigen's on SSE2: gemm_rows_on) on row groups split statically
+/// over threads, each thread's rows in pieces (projection_piece_rows)
 /// projected by M and then M2 while they are in cache; each row's bits are independent of the
 /// split and of the pieces (whole row groups). The scalar path: one weighted_rows pass per token
 /// and map (the reference order: k = 0, 1, … accumulated in turn).
