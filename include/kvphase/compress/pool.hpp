@@ -915,7 +915,7 @@ struct engine {
       for (index_t i0 = 0; i0 < m; i0 += tile_rows) {
         const index_t m1 = std::min(tile_rows, m - i0);
         Real inv[tile_rows];
-        rms_inverses<Real, Arch>(tile + i0 * c, c, m1, c, spec->rms_eps, inv);
+        for (index_t i = 0; i < m1; ++i) inv[i] = rms_inverse<Real, Arch>(tile + (i0 + i) * c, c, spec->rms_eps);
         for (index_t i = 0; i < m1; ++i) rms_scale<Real, Arch>(tile + (i0 + i) * c, c, inv[i], w);
       }
     }

@@ -33,28 +33,6 @@ inline Real rms_inverse(const Real* row, index_t dim, double eps) noexcept {
   return static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
 }
 
-/// rms_inverse of m rows at once: inv[i] for row + i·ld. The sums of squares are rms_inverse's;
-/// the square roots and divisions run on double batches (both correctly rounded, so each value
-/// is rms_inverse's bit for bit) instead of m dependent scalar chains.
-template <class Real, class Arch = simd::default_arch>
-inline void rms_inverses(const Real* rows, index_t ld, index_t m, index_t dim, double eps, Real* inv) noexcept {
-  constexpr index_t chunk = 16;
-  double v[chunk];
-  for (index_t i0 = 0; i0 < m; i0 += chunk) {
-    const index_t n = std::min(chunk, m - i0);
-    for (index_t i = 0; i < n; ++i) v[i] = static_cast<double>(simd::dot<Real, Arch>(rows + (i0 + i) * ld, rows + (i0 + i) * ld, dim));
-    index_t i = 0;
-    if constexpr (!simd::is_scalar_v<Arch>) {
-      using D = xsimd::batch<double, Arch>;
-      constexpr index_t L = D::size;
-      const D dd(static_cast<double>(dim)), de(eps), one(1.0);
-      for (; i + L <= n; i += L) (one / xsimd::sqrt(D::load_unaligned(v + i) / dd + de)).store_unaligned(v + i);
-    }
-    for (; i < n; ++i) v[i] = 1.0 / std::sqrt(v[i] / static_cast<double>(dim) + eps);
-    for (i = 0; i < n; ++i) inv[i0 + i] = static_cast<Real>(v[i]);
-  }
-}
-
 template <class Real, class Arch = simd::default_arch>
 inline void rms_scale(Real* row, index_t dim, Real inv, const Real* weight = nullptr) noexcept {
   if (weight == nullptr) {
