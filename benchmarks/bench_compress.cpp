@@ -53,16 +53,19 @@ namespace {
 
 constexpr index_t d = 128;
 
-/// 2 MiB-aligned buffer with transparent huge pages requested, first-touched by `threads`
-/// threads in the static split the kernels use (no page faults inside a timed loop).
+/// 2 MiB-aligned buffer on the pages `pages` asks for ("system": no request, the pages a malloc'd
+/// matrix and the compressor's workspace get; "huge": 2 MiB transparent huge pages requested;
+/// "small": refused; see kvphase-bench --pages), first-touched by `threads`
+/// threads in a static split (no page faults inside a timed loop).
 struct buffer {
   float* p = nullptr;
   std::size_t n = 0;
-  explicit buffer(std::size_t count, int threads) : n(count) {
+  explicit buffer(std::size_t count, int threads, const std::string& pages = "system") : n(count) {
     const std::size_t align = std::size_t(2) << 20;
     const std::size_t bytes = ((count * sizeof(float) + align - 1) / align) * align;
     p = static_cast<float*>(std::aligned_alloc(align, bytes));
-    madvise(p, bytes, MADV_HUGEPAGE);
+    if (pages == "huge") madvise(p, bytes, MADV_HUGEPAGE);
+    else if (pages == "small") madvise(p, bytes, MADV_NOHUGEPAGE);
 #pragma omp parallel num_threads(threads)
     {
       const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
@@ -291,6 +294,48 @@ KV_KIND(v4_csa);
 KV_KIND(nsa);
 void BM_smoke_kind_v4_csa(benchmark::State& st) { run_kind(st, "v4_csa", false); }
 BENCHMARK(BM_smoke_kind_v4_csa)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
+
+// ---- the projection product alone ----------------------------------------------------------------
+// V4-CSA's payload map at the real shape, X (16384 × 4096) · W_C (4096 × 1024), through
+// detail::project_rows (the call the compressor makes, GEMM kernel of compress/detail/gemm.hpp),
+// against the FMA peak measured beside each iteration. Args: threads, and the input's pages (0:
+// 2 MiB huge pages requested, 1: 4 KiB pages; docs/performance.md compares the two).
+void BM_gemm_v4_csa_projection(benchmark::State& st) {
+  const int threads = static_cast<int>(st.range(0));
+  const bool huge = st.range(1) == 0;
+  const index_t n = 16384, d = 4096, cols = 1024;
+  buffer x(static_cast<std::size_t>(n * d), threads, huge ? "huge" : "small");
+  buffer out(static_cast<std::size_t>(n * cols), threads, huge ? "huge" : "small");
+  kvphase::matrix_t<float> w(d, cols);
+  for (index_t i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>((i * 40503u) % 997) * 1e-4f - 0.05f;
+  auto job = [&] { kc::detail::project_rows<float, kvphase::simd::default_arch>(x.p, d, n, d, w, out.p, threads); };
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(d) * static_cast<double>(cols);
+  job();
+  std::vector<double> times, peaks;
+  for (auto _ : st) {
+    peaks.push_back(kvphase::bench::fma_peak_gflops<float>(threads, 1));
+    const auto t0 = kvphase::bench::clock_type::now();
+    job();
+    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+    times.push_back(sec);
+    st.SetIterationTime(sec);
+    benchmark::ClobberMemory();
+  }
+  const double med = kvphase::bench::median(times), peak = kvphase::bench::median(peaks);
+  st.counters["peak_frac"] = flops / med * 1e-9 / peak;
+  st.counters["median_ms"] = med * 1e3;
+  st.counters["GFLOPps"] = flops / med * 1e-9;
+  st.counters["peak_GFLOPps"] = peak;
+  st.SetLabel(std::string(kvphase::bench::isa_name()) + (huge ? " huge pages" : " 4 KiB pages"));
+}
+BENCHMARK(BM_gemm_v4_csa_projection)
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 // ---- reading + dequantising a safetensors file -------------------------------------------------
 // One tensor of `bytes` bytes (F32 or BF16) in a file under the temp directory, memory-mapped

@@ -89,6 +89,7 @@ struct run_flags {
   index_t reps = 0;  // 0: automatic (≈ --seconds per row, at least 5)
   double seconds = 2.0;
   bool cold = false;
+  std::string pages = "system";  // the input and output buffers' pages: "system", "huge" or "small"
   std::string csv, json;
   bool quiet = false;
   std::uint64_t seed = 1;
@@ -101,6 +102,11 @@ void add_run_flags(CLI::App& app, run_flags& r) {
   cl::add_int(app, "--reps", r.reps, 0, 100000, "repetitions per row (0: enough for about --seconds, at least 5)");
   cl::add_real(app, "--seconds", r.seconds, 0.01, 3600, "target time per row when --reps is 0");
   app.add_flag("--cold", r.cold, "also measure with caches evicted before every call (cold rows beside the warm ones)");
+  app.add_option("--pages", r.pages,
+                 "pages of the input and output buffers: system (what a malloc'd matrix gets: the kernel's "
+                 "transparent-huge-page policy, as for the compressor's own workspace), huge (2 MiB requested) or "
+                 "small (4 KiB)")
+      ->check(CLI::IsMember({"system", "huge", "small"}));
   app.add_option("--csv", r.csv, "write the rows as CSV (with provenance) to this file");
   app.add_option("--json", r.json, "write the rows as JSON (with provenance) to this file");
   app.add_flag("--quiet,-q", r.quiet, "no progress on stderr");
@@ -244,17 +250,23 @@ void write_outputs(const std::vector<row>& rows, const run_flags& rf, const nloh
 
 // ---- buffers and timing --------------------------------------------------------------------------
 
-/// 2 MiB-aligned float buffer with transparent huge pages requested, first-touched by `threads`
-/// threads in a static split (no page faults inside a timed loop), filled with values in [−0.5, 0.5).
+/// 2 MiB-aligned float buffer on the pages `pages` asks for ("system": no request, the pages a
+/// malloc'd matrix gets; "huge": 2 MiB transparent huge pages requested; "small": refused),
+/// first-touched by `threads` threads in a static split (no page faults inside a timed loop),
+/// filled with values in [−0.5, 0.5). The pages matter beyond the TLB: on an AMD Zen 5 core
+/// V4-CSA's projections ran at 0.71 of the FMA peak with the input on huge pages and the
+/// compressor's workspace (std::vector) on 4 KiB pages, 0.80–0.83 with both on the same size
+/// (docs/performance.md), so the default puts the input where the workspace is.
 struct buffer {
   float* p = nullptr;
   std::size_t n = 0;
-  buffer(std::size_t count, int threads) : n(std::max<std::size_t>(count, 1)) {
+  buffer(std::size_t count, int threads, const std::string& pages = "system") : n(std::max<std::size_t>(count, 1)) {
     const std::size_t align = std::size_t(2) << 20;
     const std::size_t bytes = ((n * sizeof(float) + align - 1) / align) * align;
     p = static_cast<float*>(std::aligned_alloc(align, bytes));
     kvphase::require(p != nullptr, "buffer", bytes, "allocation failed (shape too large for this machine?)");
-    madvise(p, bytes, MADV_HUGEPAGE);
+    if (pages == "huge") madvise(p, bytes, MADV_HUGEPAGE);
+    else if (pages == "small") madvise(p, bytes, MADV_NOHUGEPAGE);
 #pragma omp parallel num_threads(threads)
     {
       const std::size_t t = static_cast<std::size_t>(kb::detail::thread_num());
@@ -426,8 +438,8 @@ std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_f
     kvphase::require(cost.entries >= 1, "context", N, "too short for one complete entry of " + j.label);
     for (index_t T : rf.threads) {
       const int threads = static_cast<int>(T);
-      buffer x(static_cast<std::size_t>(N * d), threads);
-      buffer out(static_cast<std::size_t>(cost.entries * cost.out_dim), threads);
+      buffer x(static_cast<std::size_t>(N * d), threads, rf.pages);
+      buffer out(static_cast<std::size_t>(cost.entries * cost.out_dim), threads, rf.pages);
       const kvphase::matrix_view<float> xv(x.p, N, d);
       kvphase::matrix_mut_view<float> ov(out.p, cost.entries, cost.out_dim);
       kc::compress_workspace<float> ws;
@@ -444,6 +456,7 @@ std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_f
         if (sh.head_dim > 0) args.insert(args.end(), {"--head-dim", std::to_string(sh.head_dim)});
         args.insert(args.end(), {"--threads", std::to_string(threads)});
         if (cache == "cold") args.push_back("--cold");
+        if (rf.pages != "system") args.insert(args.end(), {"--pages", rf.pages});
         r.command = command_text(args);
         const auto t = measure([&] { kc::compress_into<float>(s, p, xv, ov, 0, opt, &ws); }, x.p, x.n, threads,
                                rf.reps, rf.seconds, cache == "cold", [] {});
@@ -559,7 +572,7 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
         kb::keep(O(0, 0));
       };
       // probe: reading the keys and values once (K then V halves of one buffer of their size)
-      buffer probe(static_cast<std::size_t>(cost.bytes / sizeof(float)), threads);
+      buffer probe(static_cast<std::size_t>(cost.bytes / sizeof(float)), threads, rf.pages);
       for (const auto& cache : caches) {
         row r{.level = "attention", .name = v.name, .kind = v.kind, .tokens = N, .dim = d, .out_dim = d,
               .threads = threads, .cache = cache};
@@ -570,6 +583,7 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
         args.insert(args.end(), base_args.begin(), base_args.end());
         args.insert(args.end(), {"--threads", std::to_string(threads)});
         if (cache == "cold") args.push_back("--cold");
+        if (rf.pages != "system") args.insert(args.end(), {"--pages", rf.pages});
         r.command = command_text(args);
         const auto t = measure(job, probe.p, probe.n, threads, rf.reps, rf.seconds, cache == "cold", [] {});
         finish_row(r, t, static_cast<double>(probe.n * sizeof(float)));

@@ -216,6 +216,10 @@ add_test(NAME bench_smoke.kvphase_bench_compress
     grep -q '^# kvphase ' c.csv; grep -q '\"provenance\"' c.json
     test $(grep -c '^compress,' c.csv) -eq 20
     '$<TARGET_FILE:kvphase-bench>' compress --preset mean --context 256 --dim 64 --reps 2 --cold --quiet | grep -q ' cold '
+    '$<TARGET_FILE:kvphase-bench>' compress --preset mean --context 256 --dim 64 --reps 2 --pages small --quiet --csv s.csv
+    grep -q '^compress,.*--pages small' s.csv
+    rc=0; '$<TARGET_FILE:kvphase-bench>' compress --preset mean --pages tiny --quiet 2> p.err || rc=$?
+    test $rc -eq 2; grep -q 'pages: tiny not in' p.err
     grep -q 'v4-csa .*two_stream .*fma_peak\\|v4-csa .*two_stream .*read_bw' c.txt
     '$<TARGET_FILE:kvphase-bench>' compress --preset v4-csa --context 256 --dim 128 --head-dim 64 --reps 3 --quiet --compare-torch > t.txt
     echo ok")
