@@ -31,6 +31,7 @@
 #include <CLI/CLI.hpp>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_common.hpp"
@@ -685,6 +686,31 @@ bool torch_available(const std::string& python) {
   return std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
 }
 
+/// The PyTorch peer script: `given` when set (it must exist), else the installed copy
+/// (<prefix>/share/kvphase/compare_torch.py beside <prefix>/bin/kvphase-bench), else the source
+/// tree's benchmarks/compare_torch.py this program was built from. Throws kvphase::error naming
+/// --torch-script when none exists, so a missing script is not 20 failed rows.
+std::string torch_script_path(const std::string& given) {
+  namespace fs = std::filesystem;
+  if (!given.empty()) {
+    kvphase::require(fs::is_regular_file(given), "torch-script", given, "no such file");
+    return given;
+  }
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "kvphase" / "compare_torch.py");
+#ifdef KVPHASE_SOURCE_TORCH_SCRIPT
+  candidates.emplace_back(KVPHASE_SOURCE_TORCH_SCRIPT);
+#endif
+  std::string tried;
+  for (const auto& c : candidates) {
+    if (fs::is_regular_file(c, ec)) return c.string();
+    tried += (tried.empty() ? "" : ", ") + c.string();
+  }
+  kvphase::fail("torch-script", "(default)", "compare_torch.py not found (looked at: " + tried + "); pass its path");
+}
+
 /// The PyTorch peer of one compress row (benchmarks/compare_torch.py compress, its CLI in the
 /// file comment): the row's input and parameters go to .npy files in a temporary directory, the
 /// script runs the operator as a PyTorch user writes it on the same data, with the same thread
@@ -749,8 +775,9 @@ struct torch_peer {
     if (!s.slot_weights.empty()) cmd += " --slot-weights" + list(s.slot_weights);
     if (!s.slot_bias.empty()) cmd += " --slot-bias" + list(s.slot_bias);
     if (s.rmsnorm) cmd += " --rmsnorm";
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) {
+    const int status = std::system(cmd.c_str());
+    if (status != 0) {
+      const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;  // -1: killed by a signal, or no shell
       r.torch = "torch failed (exit " + std::to_string(rc) + ")";
       std::cerr << program << ": --compare-torch: `" << cmd << "` failed (exit " << rc << ")\n";
       ++disagreements;
@@ -798,7 +825,7 @@ int main(int argc, char** argv) {
   run_flags rf_c;
   std::string study;
   bool all = false, torch = false, require_torch = false;
-  std::string torch_script = "benchmarks/compare_torch.py";
+  std::string torch_script;  // empty: found (torch_script_path)
   std::string torch_python = "python3";
   index_t torch_reps = 3;
   int torch_disagreements = 0;
@@ -809,7 +836,9 @@ int main(int argc, char** argv) {
   sc->add_flag("--all", all, "every preset and every pool kind (max and fixed weights on W = 8, S = 4)");
   sc->add_flag("--compare-torch", torch, "also time the PyTorch peer (benchmarks/compare_torch.py) when torch imports");
   sc->add_flag("--require-torch", require_torch, "with --compare-torch: a missing torch is an error (exit 2)");
-  sc->add_option("--torch-script", torch_script, "the PyTorch peer script")->capture_default_str();
+  sc->add_option("--torch-script", torch_script,
+                 "the PyTorch peer script (default: the installed share/kvphase/compare_torch.py beside this "
+                 "program, else the source tree's benchmarks/compare_torch.py)");
   sc->add_option("--python", torch_python, "the Python interpreter that has torch (Debian: /usr/bin/python3)")
       ->capture_default_str();
   cl::add_int(*sc, "--torch-reps", torch_reps, 1, 1000,
@@ -886,7 +915,9 @@ int main(int argc, char** argv) {
       torch_peer peer{.python = torch_python, .script = torch_script, .reps = torch_reps};
       compress_peer hook;
       if (torch || require_torch) {
+        if (!torch_script.empty()) torch_script_path(torch_script);  // a given path must exist, torch or not
         if (torch_available(torch_python)) {
+          peer.script = torch_script_path(torch_script);
           hook = std::ref(peer);
         } else {
           const std::string msg = "PyTorch is not importable by " + torch_python + " (apt-get install -y python3-torch, or "

@@ -220,6 +220,8 @@ add_test(NAME bench_smoke.kvphase_bench_compress
     grep -q '^compress,.*--pages small' s.csv
     rc=0; '$<TARGET_FILE:kvphase-bench>' compress --preset mean --pages tiny --quiet 2> p.err || rc=$?
     test $rc -eq 2; grep -q 'pages: tiny not in' p.err
+    rc=0; '$<TARGET_FILE:kvphase-bench>' compress --preset mean --compare-torch --torch-script no/such.py --quiet 2> t.err || rc=$?
+    test $rc -eq 2; grep -q 'torch-script = no/such.py: no such file' t.err
     grep -q 'v4-csa .*two_stream .*fma_peak\\|v4-csa .*two_stream .*read_bw' c.txt
     '$<TARGET_FILE:kvphase-bench>' compress --preset v4-csa --context 256 --dim 128 --head-dim 64 --reps 3 --quiet --compare-torch > t.txt
     echo ok")
