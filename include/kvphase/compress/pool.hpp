@@ -1042,10 +1042,11 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
                  index_t e0, Real* out, bool nt, std::vector<Real>& buf, double* rc = nullptr) {
   const pool_params<Real>& p = *eng.p;
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
-  // a tile of F holds ≤ 16 Mi values (64 MiB in float), T ≤ 1024 a multiple of the GEMM row group:
+  // a tile of F holds ≤ 32 Mi values (128 MiB in float), T ≤ 1024 a multiple of the GEMM row group:
   // the GEMM packs W1 once per tile, so larger tiles amortise it (NSA at d = 512: W1 is 64 MiB,
-  // T = 1024, one tile for 16K tokens)
-  const index_t T = std::clamp<index_t>((index_t(1) << 24) / Wd / row_group * row_group, row_group, 1024);
+  // T = 1024, one tile for 16K tokens; at d = 4096, W1 512 MiB, T = 256: 0.75 of the FMA peak at
+  // 1 thread against 0.66 with T = 128, kvphase-bench compress --preset nsa --dim 4096)
+  const index_t T = std::clamp<index_t>((index_t(1) << 25) / Wd / row_group * row_group, row_group, 1024);
   const index_t tile = std::min(T, b - a);
   buf.resize(static_cast<std::size_t>(tile * (Wd + H + c)));
   Real* F = buf.data();
