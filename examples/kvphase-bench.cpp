@@ -287,19 +287,6 @@ struct timing {
   std::vector<double> peak, peak_cpu;     // FMA peak probes between repetitions: GFLOP/s, GFLOP per CPU-second
 };
 
-/// One FMA-peak probe (~10 ms): GFLOP per wall second and per CPU-second of the process.
-std::pair<double, double> peak_probe(int threads) {
-  using B = xsimd::batch<float>;
-  const std::int64_t iters = 4'000'000;
-  const double flops = double(iters) * 16.0 * 2.0 * double(B::size) * threads;
-  const double c0 = kb::process_cpu_seconds();
-  const auto t0 = kb::clock_type::now();
-#pragma omp parallel num_threads(threads)
-  { kb::keep(kb::detail::fma_chains<float>(iters)); }
-  const double wall = std::chrono::duration<double>(kb::clock_type::now() - t0).count();
-  const double cpu = kb::process_cpu_seconds() - c0;
-  return {flops / wall * 1e-9, flops / cpu * 1e-9};
-}
 
 /// Repetitions of job, each paired with one read of probe[0 … probe_n) in the same cache state,
 /// and an FMA-peak probe (~10 ms) after each of the first 5 repetitions and every 10th: on a
@@ -323,9 +310,9 @@ timing measure(const std::function<void()>& job, const float* probe, std::size_t
     t.job.push_back(std::chrono::duration<double>(kb::clock_type::now() - a).count());
     t.job_cpu.push_back(kb::process_cpu_seconds() - c0);
     if (r < 5 || r % 10 == 0) {
-      const auto [w, c] = peak_probe(threads);
-      t.peak.push_back(w);
-      t.peak_cpu.push_back(c);
+      const kb::peak_sample p = kb::fma_peak_sample<float>(threads);
+      t.peak.push_back(p.wall_gflops);
+      t.peak_cpu.push_back(p.cpu_gflops);
     }
     tick();
   }

@@ -133,12 +133,17 @@ inline double process_cpu_seconds() {
 }
 
 namespace detail {
+/// FLOP one call of fma_chains<Real>(iters) performs on one thread (2 per lane of each FMA).
+template <class Real>
+constexpr double fma_chains_flops(std::int64_t iters) {
+  return double(iters) * fma_chain_count<Real>() * 2.0 * double(xsimd::batch<Real>::size);
+}
+
 /// FLOP of the FMA chains per elapsed unit of `now()` (wall or CPU seconds), median of reps runs.
 template <class Real, class Now>
 double fma_peak(int threads, int reps, Now now) {
-  using B = xsimd::batch<Real>;
   const std::int64_t iters = 4'000'000;
-  const double flops_per_thread = double(iters) * fma_chain_count<Real>() * 2.0 * double(B::size);
+  const double flops_per_thread = fma_chains_flops<Real>(iters);
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
     const double t0 = now();
@@ -164,6 +169,25 @@ inline double fma_peak_gflops(int threads, int reps = 7) {
 template <class Real = float>
 inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
   return detail::fma_peak<Real>(threads, reps, process_cpu_seconds);
+}
+
+/// One run of the FMA chains (~10 ms) on `threads` threads, timed on both clocks at once: the
+/// float peak in GFLOP per wall second and per CPU-second of the process. For probes interleaved
+/// with a job's repetitions, where a median of several runs would cost too much.
+struct peak_sample {
+  double wall_gflops = 0, cpu_gflops = 0;
+};
+template <class Real = float>
+inline peak_sample fma_peak_sample(int threads) {
+  const std::int64_t iters = 4'000'000;
+  const double flops = detail::fma_chains_flops<Real>(iters) * threads;
+  const double c0 = process_cpu_seconds();
+  const auto t0 = clock_type::now();
+#pragma omp parallel num_threads(threads)
+  { keep(detail::fma_chains<Real>(iters)); }
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  const double cpu = process_cpu_seconds() - c0;
+  return {flops / wall * 1e-9, flops / cpu * 1e-9};
 }
 
 /// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
