@@ -543,8 +543,8 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
         prm.combine = att::combine_mode::gated;
         prm.select_block = a.select_block;
       }
-      const att::indexer_params ip{.heads = a.indexer_heads, .top_k = a.top_k};
-      const att::block_select_params bp{.block = a.select_block, .top_n = a.select_top_n};
+      const att::indexer_params ip{.heads = a.indexer_heads, .top_k = a.top_k, .threads = threads};
+      const att::block_select_params bp{.block = a.select_block, .top_n = a.select_top_n, .threads = threads};
       auto job = [&] {
         if (v.topk) {
           const auto sel = att::csa_select<float>(QI.bottomRows(M), HW.bottomRows(M), KI, grid, pos, ip);

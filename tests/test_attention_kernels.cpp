@@ -157,7 +157,7 @@ TEMPLATE_TEST_CASE("online_softmax over blocks and segments matches the referenc
                    double) {
   using Real = TestType;
   for (index_t d : {1, 5, 16, 17, 64}) {
-    for (index_t dv : {1, 3, 19}) {
+    for (index_t dv : {1, 3, 19, 131}) {
       for (index_t n : {1, 7, 300}) {
         for (index_t block : {1, 7, 256}) {
           if (block == 1 && n > 7) continue;
@@ -191,6 +191,49 @@ TEMPLATE_TEST_CASE("online_softmax over blocks and segments matches the referenc
         }
       }
     }
+  }
+}
+
+TEMPLATE_TEST_CASE("online_softmax's accumulator equals one axpy per row, bit for bit, on every path",
+                   "[attention][kernels]", float, double) {
+  // The accumulator keeps up to 8 batches in registers across a block's rows; per channel it must
+  // be the same fused multiply-add chain as simd::axpy row after row (the form it replaced),
+  // including the rescale when the running max grows and the scalar channel tail.
+  using Real = TestType;
+  const index_t d = 24, n = 150, block = 64;
+  for (index_t dv : {1, 16, 19, 128, 131, 300, 515}) {
+    const auto K = kt::random_matrix<Real>(n, d, 31u + static_cast<unsigned>(dv));
+    const auto V = kt::random_matrix<Real>(n, dv, 32u + static_cast<unsigned>(dv));
+    const auto Q = kt::random_matrix<Real>(1, d, 33u, 3.0);
+    const Real scale = att::default_scale<Real>(d);
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      att::online_softmax<Real, Arch> st(dv, block);
+      st.add_rows(Q.data(), K.data(), d, V.data(), dv, n, d, scale);
+      // the per-row form: absorb() with one axpy per row
+      std::vector<Real> acc(static_cast<std::size_t>(dv), Real(0)), s(static_cast<std::size_t>(block));
+      Real m = -std::numeric_limits<Real>::infinity(), l = 0;
+      for (index_t j0 = 0; j0 < n; j0 += block) {
+        const index_t b = std::min(block, n - j0);
+        att::score_rows<Real, Arch>(Q.data(), K.data() + j0 * d, d, b, d, scale, s.data());
+        const Real m_new = std::max(m, simd::max_value<Real, Arch>(s.data(), b));
+        if (m_new > m) {
+          const Real shift = m - m_new;
+          const Real alpha = shift < simd::exp_flush_below<Real> ? Real(0) : std::exp(shift);
+          l *= alpha;
+          simd::scale<Real, Arch>(alpha, acc.data(), dv);
+          m = m_new;
+        }
+        l += simd::exp_shift_sum<Real, Arch>(s.data(), m, b);
+        for (index_t j = 0; j < b; ++j) simd::axpy<Real, Arch>(s[static_cast<std::size_t>(j)], V.data() + (j0 + j) * dv, acc.data(), dv);
+      }
+      INFO("arch " << simd::arch_name<Arch>() << " dv=" << dv);
+      CHECK(st.running_max() == m);
+      CHECK(st.running_sum() == l);
+      index_t differ = 0;
+      for (index_t c = 0; c < dv; ++c) differ += st.accumulator()[c] != acc[static_cast<std::size_t>(c)];
+      CHECK(differ == 0);
+    });
   }
 }
 

@@ -146,6 +146,41 @@ TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer sco
                     Catch::Contains("indexer.top_k"));
 }
 
+TEST_CASE("CSA and NSA selections are the same lists for any thread count", "[attention][select]") {
+  // queries are split into contiguous ranges, one per thread, and the lists concatenated in query
+  // order; uneven splits (3 threads over 37 queries), more threads than queries, and a bad
+  // position reported before any thread starts
+  const index_t N = 300, H = 4, dI = 16, M = 37;
+  const cmp::chunk_grid g{.window = 8, .stride = 4};
+  const index_t E = g.num_entries(N);
+  const auto QI = kt::random_matrix<float>(M, H * dI, 191u);
+  const auto W = kt::random_matrix<float>(M, H, 192u);
+  const auto KI = kt::random_matrix<float>(E, dI, 193u);
+  matrix_t<float> P = kt::random_matrix<float>(M, E, 194u).array().abs().matrix();
+  std::vector<index_t> pos(static_cast<std::size_t>(M));
+  for (index_t i = 0; i < M; ++i) pos[static_cast<std::size_t>(i)] = N - 1 - 7 * (M - 1 - i);
+  auto same = [](const att::index_lists& a, const att::index_lists& b) {
+    return a.offsets == b.offsets && a.indices == b.indices;
+  };
+  const auto c1 = att::csa_select<float>(QI, W, KI, g, pos, att::indexer_params{.heads = H, .top_k = 9});
+  const auto n1 = att::nsa_select<float>(P, g, pos, att::block_select_params{.block = 16, .top_n = 5});
+  REQUIRE(c1.size() == M);
+  REQUIRE(n1.size() == M);
+  for (int t : {2, 3, 64, 0}) {
+    INFO("threads " << t);
+    CHECK(same(att::csa_select<float>(QI, W, KI, g, pos, att::indexer_params{.heads = H, .top_k = 9, .threads = t}), c1));
+    CHECK(same(att::nsa_select<float>(P, g, pos, att::block_select_params{.block = 16, .top_n = 5, .threads = t}), n1));
+  }
+  auto bad = pos;
+  bad[20] = -3;
+  CHECK_THROWS_WITH(att::csa_select<float>(QI, W, KI, g, bad, att::indexer_params{.heads = H, .top_k = 9, .threads = 2}),
+                    Catch::Contains("pos[20]"));
+  CHECK_THROWS_WITH(att::nsa_select<float>(P, g, bad, att::block_select_params{.block = 16, .top_n = 5, .threads = 2}),
+                    Catch::Contains("pos[20]"));
+  CHECK_THROWS_WITH((att::indexer_params{.threads = -1}.validate()), Catch::Contains("indexer.threads"));
+  CHECK_THROWS_WITH((att::block_select_params{.threads = 2000}.validate()), Catch::Contains("select.threads"));
+}
+
 TEST_CASE("NSA block importance: overlap mapping and eq. 9 as printed", "[attention][select]") {
   // l = 32, d = 16 (NSA convention), l' = 64: geometric overlap weights 1,2,2,2,1 on 4j−1 … 4j+3
   const cmp::chunk_grid g{.window = 32, .stride = 16, .convention = cmp::grid_convention::nsa};

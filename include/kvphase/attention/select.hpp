@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -46,6 +47,39 @@ struct index_lists {
     offsets.push_back(static_cast<index_t>(indices.size()));
   }
 };
+
+namespace detail {
+/// The lists of queries 0 … M − 1, where fill(a, b, out) appends those of queries a … b − 1 to
+/// out in order: run over `threads` contiguous query ranges (0: the OpenMP default) and
+/// concatenated in query order, so the result is the same for any thread count. Inputs are
+/// validated before; an exception inside a range (allocation) is rethrown after the loop.
+template <class Fill>
+index_lists lists_by_query(index_t M, int threads, Fill&& fill) {
+  const int nt = static_cast<int>(std::min<index_t>(omp_threads(threads), std::max<index_t>(M, 1)));
+  index_lists out;
+  if (nt <= 1) {
+    fill(index_t(0), M, out);
+    return out;
+  }
+  std::vector<index_lists> part(static_cast<std::size_t>(nt));
+  std::vector<std::exception_ptr> err(static_cast<std::size_t>(nt));
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+  for (int t = 0; t < nt; ++t) {
+    try {
+      fill(M * t / nt, M * (t + 1) / nt, part[static_cast<std::size_t>(t)]);
+    } catch (...) {
+      err[static_cast<std::size_t>(t)] = std::current_exception();
+    }
+  }
+  for (const auto& e : err)
+    if (e) std::rethrow_exception(e);
+  out.indices.reserve(std::accumulate(part.begin(), part.end(), std::size_t(0),
+                                      [](std::size_t n, const index_lists& l) { return n + l.indices.size(); }));
+  for (const auto& l : part)
+    for (index_t i = 0; i < l.size(); ++i) out.push(l.of(i));
+  return out;
+}
+}  // namespace detail
 
 // ---- kernels -----------------------------------------------------------------------------------
 
@@ -103,13 +137,16 @@ struct indexer_params {
   index_t heads = 4;    ///< H index heads
   index_t top_k = 16;   ///< entries kept per query (clipped to the visible count)
   double scale = 0.0;   ///< score scale; 0 = 1/√dI
+  int threads = 1;      ///< OpenMP threads over queries (0: the OpenMP default); results do not depend on it
   void validate() const {
     require(heads >= 1 && heads <= limits::max_heads, "indexer.heads", heads, "must be in [1, 4096]");
     require(top_k >= 1 && top_k <= limits::max_tokens, "indexer.top_k", top_k, "must be in [1, 2^30]");
     require(std::isfinite(scale) && scale >= 0.0, "indexer.scale", scale, "must be finite and >= 0");
+    require(threads >= 0 && threads <= 1024, "indexer.threads", threads, "must be in [0, 1024] (0 = OpenMP default)");
   }
   friend std::ostream& operator<<(std::ostream& os, const indexer_params& p) {
-    return os << "indexer_params{heads=" << p.heads << ", top_k=" << p.top_k << ", scale=" << p.scale << "}";
+    return os << "indexer_params{heads=" << p.heads << ", top_k=" << p.top_k << ", scale=" << p.scale
+              << ", threads=" << p.threads << "}";
   }
 };
 
@@ -131,30 +168,33 @@ index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Rea
           "head weights must be [Q rows × indexer.heads] (" + std::to_string(M) + " × " + std::to_string(H) + ")");
   require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal QI.rows()");
   const Real scale = ip.scale > 0 ? static_cast<Real>(ip.scale) : default_scale<Real>(dI);
-  index_lists out;
-  out.offsets.reserve(static_cast<std::size_t>(M) + 1);
-  std::vector<Real> s;
-  std::vector<index_t> work, pick;
-  matrix_t<Real> qrow(H, dI);
-  std::vector<Real> wrow(static_cast<std::size_t>(H));
   for (index_t i = 0; i < M; ++i) {
     const index_t t = pos[static_cast<std::size_t>(i)];
     require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
     const index_t nv = grid.num_visible(t);
     require(nv <= KI.rows(), "KI.rows()", KI.rows(),
             "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
-    s.resize(static_cast<std::size_t>(nv));
-    work.resize(static_cast<std::size_t>(nv));
-    pick.resize(static_cast<std::size_t>(std::min(ip.top_k, nv)));
-    for (index_t h = 0; h < H; ++h) {
-      for (index_t c = 0; c < dI; ++c) qrow(h, c) = QI(i, h * dI + c);
-      wrow[static_cast<std::size_t>(h)] = W(i, h);
-    }
-    indexer_scores<Real, Arch>(qrow.data(), wrow.data(), H, KI.data(), KI.outerStride(), nv, dI, scale, s.data());
-    const index_t k = top_k_indices(s.data(), nv, ip.top_k, pick.data(), work.data());
-    out.push({pick.data(), static_cast<std::size_t>(k)});
   }
-  return out;
+  return detail::lists_by_query(M, ip.threads, [&](index_t a, index_t b, index_lists& out) {
+    out.offsets.reserve(static_cast<std::size_t>(b - a) + 1);
+    std::vector<Real> s;
+    std::vector<index_t> work, pick;
+    matrix_t<Real> qrow(H, dI);
+    std::vector<Real> wrow(static_cast<std::size_t>(H));
+    for (index_t i = a; i < b; ++i) {
+      const index_t nv = grid.num_visible(pos[static_cast<std::size_t>(i)]);
+      s.resize(static_cast<std::size_t>(nv));
+      work.resize(static_cast<std::size_t>(nv));
+      pick.resize(static_cast<std::size_t>(std::min(ip.top_k, nv)));
+      for (index_t h = 0; h < H; ++h) {
+        for (index_t c = 0; c < dI; ++c) qrow(h, c) = QI(i, h * dI + c);
+        wrow[static_cast<std::size_t>(h)] = W(i, h);
+      }
+      indexer_scores<Real, Arch>(qrow.data(), wrow.data(), H, KI.data(), KI.outerStride(), nv, dI, scale, s.data());
+      const index_t k = top_k_indices(s.data(), nv, ip.top_k, pick.data(), work.data());
+      out.push({pick.data(), static_cast<std::size_t>(k)});
+    }
+  });
 }
 
 // ---- NSA: block importance and top-n blocks ---------------------------------------------------------
@@ -207,7 +247,9 @@ struct block_select_params {
   index_t initial = 1;      ///< always-included leading blocks
   index_t local = 2;        ///< always-included most recent blocks (the query's block and before)
   block_mapping mapping = block_mapping::overlap;
+  int threads = 1;          ///< OpenMP threads over queries (0: the OpenMP default); results do not depend on it
   void validate() const {
+    require(threads >= 0 && threads <= 1024, "select.threads", threads, "must be in [0, 1024] (0 = OpenMP default)");
     require(block >= 1 && block <= limits::max_tokens, "select.block", block, "must be in [1, 2^30]");
     require(top_n >= 1 && top_n <= limits::max_tokens, "select.top_n", top_n, "must be in [1, 2^30]");
     require(initial >= 0 && initial <= limits::max_tokens, "select.initial", initial, "must be in [0, 2^30]");
@@ -216,7 +258,7 @@ struct block_select_params {
   }
   friend std::ostream& operator<<(std::ostream& os, const block_select_params& p) {
     return os << "block_select_params{block=" << p.block << ", top_n=" << p.top_n << ", initial=" << p.initial
-              << ", local=" << p.local << ", mapping=" << to_string(p.mapping) << "}";
+              << ", local=" << p.local << ", mapping=" << to_string(p.mapping) << ", threads=" << p.threads << "}";
   }
 };
 
@@ -256,24 +298,27 @@ index_lists nsa_select(const cref<Real>& P, const compress::chunk_grid& grid, st
   grid.validate();
   const index_t M = P.rows();
   require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal P.rows()");
-  index_lists out;
-  std::vector<Real> imp, prow;
-  std::vector<index_t> work, pick;
   for (index_t i = 0; i < M; ++i) {
     const index_t t = pos[static_cast<std::size_t>(i)];
     require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
-    const index_t nb = t / p.block + 1;
-    const index_t nv = std::min<index_t>(grid.num_visible(t), P.cols());
-    prow.assign(static_cast<std::size_t>(nv), Real(0));
-    for (index_t e = 0; e < nv; ++e) prow[static_cast<std::size_t>(e)] = P(i, e);
-    imp.resize(static_cast<std::size_t>(nb));
-    work.resize(static_cast<std::size_t>(nb));
-    pick.resize(static_cast<std::size_t>(nb));
-    nsa_block_importance(prow.data(), nv, grid, p.block, p.mapping, nb, imp.data());
-    const index_t k = nsa_select_blocks(imp.data(), nb, p, pick.data(), work.data());
-    out.push({pick.data(), static_cast<std::size_t>(k)});
   }
-  return out;
+  return detail::lists_by_query(M, p.threads, [&](index_t a, index_t b, index_lists& out) {
+    std::vector<Real> imp, prow;
+    std::vector<index_t> work, pick;
+    for (index_t i = a; i < b; ++i) {
+      const index_t t = pos[static_cast<std::size_t>(i)];
+      const index_t nb = t / p.block + 1;
+      const index_t nv = std::min<index_t>(grid.num_visible(t), P.cols());
+      prow.assign(static_cast<std::size_t>(nv), Real(0));
+      for (index_t e = 0; e < nv; ++e) prow[static_cast<std::size_t>(e)] = P(i, e);
+      imp.resize(static_cast<std::size_t>(nb));
+      work.resize(static_cast<std::size_t>(nb));
+      pick.resize(static_cast<std::size_t>(nb));
+      nsa_block_importance(prow.data(), nv, grid, p.block, p.mapping, nb, imp.data());
+      const index_t k = nsa_select_blocks(imp.data(), nb, p, pick.data(), work.data());
+      out.push({pick.data(), static_cast<std::size_t>(k)});
+    }
+  });
 }
 
 }  // namespace kvphase::attention
