@@ -277,14 +277,15 @@ class toy_model {
         const matrix_t<Real> WI = (Xn * w.wwi) * static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HI)));
         const matrix_t<Real> XI = Xn * w.wki;
         const matrix_t<Real> KI = compress::compress<Real, Arch>(L.op, w.pool_i, XI);
-        lists.push_back(csa_select<Real, Arch>(QI, WI, KI, grid, pos, indexer_params{.heads = HI, .top_k = L.top_k}));
+        lists.push_back(csa_select<Real, Arch>(QI, WI, KI, grid, pos, indexer_params{.heads = HI, .top_k = L.top_k, .threads = cfg_.threads}));
         sel.push_back(compressed_selection<Real>{.entries = &lists.back()});
       } else if (L.ratio >= 2 && L.top_k > 0) {
         cp.compressed = false;  // no entries yet: nothing to select
       }
       if (L.ratio >= 2 && L.select_top_n > 0) {
         sel.clear();
-        const block_select_params bp{.block = L.select_block, .top_n = L.select_top_n, .initial = 1, .local = 2};
+        const block_select_params bp{.block = L.select_block, .top_n = L.select_top_n, .initial = 1, .local = 2,
+                                     .threads = cfg_.threads};
         for (index_t kh = 0; kh < Hkv; ++kh) {
           matrix_t<Real> P = matrix_t<Real>::Zero(N, std::max<index_t>(E, 1));
           if (E > 0) group_probabilities(Q, Kc, grid, hc, kh, P);
