@@ -53,6 +53,18 @@ namespace {
 
 constexpr index_t d = 128;
 
+/// Times one call of job as the iteration's manual time, appends it to `times` and returns it.
+template <class Job>
+double time_iteration(benchmark::State& st, Job& job, std::vector<double>& times) {
+  const auto t0 = kvphase::bench::clock_type::now();
+  job();
+  const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+  times.push_back(sec);
+  st.SetIterationTime(sec);
+  benchmark::ClobberMemory();
+  return sec;
+}
+
 /// 2 MiB-aligned buffer on the pages `pages` asks for ("system": no request, the pages a malloc'd
 /// matrix and the compressor's workspace get; "huge": 2 MiB transparent huge pages requested;
 /// "small": refused; see kvphase-bench --pages), first-touched by `threads`
@@ -132,12 +144,7 @@ void run(benchmark::State& st, const kc::operator_spec& s, impl which, index_t n
     if (cold) kvphase::bench::evict_caches();
     roofs.push_back(kvphase::bench::read_seconds(x.p, x.n, threads, 1));
     if (cold) kvphase::bench::evict_caches();
-    const auto t0 = kvphase::bench::clock_type::now();
-    job();
-    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
-    times.push_back(sec);
-    st.SetIterationTime(sec);
-    benchmark::ClobberMemory();
+    time_iteration(st, job, times);
   }
   const double roof = kvphase::bench::median(roofs);
   const double med = kvphase::bench::median(times);
@@ -250,13 +257,8 @@ void run_kind(benchmark::State& st, const std::string& kind, bool real) {
     peaks.push_back(kvphase::bench::fma_peak_gflops<float>(threads, 1));
     peaks_cpu.push_back(kvphase::bench::fma_peak_gflops_per_cpu_second<float>(threads, 1));
     const double c0 = kvphase::bench::process_cpu_seconds();
-    const auto t0 = kvphase::bench::clock_type::now();
-    job();
-    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
+    time_iteration(st, job, times);
     cpus.push_back(kvphase::bench::process_cpu_seconds() - c0);
-    times.push_back(sec);
-    st.SetIterationTime(sec);
-    benchmark::ClobberMemory();
   }
   const double bytes = cost.bytes();
   // memory bound: reading the input and the parameters once at the paired input-read rate (the
@@ -314,12 +316,7 @@ void BM_gemm_v4_csa_projection(benchmark::State& st) {
   std::vector<double> times, peaks;
   for (auto _ : st) {
     peaks.push_back(kvphase::bench::fma_peak_gflops<float>(threads, 1));
-    const auto t0 = kvphase::bench::clock_type::now();
-    job();
-    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
-    times.push_back(sec);
-    st.SetIterationTime(sec);
-    benchmark::ClobberMemory();
+    time_iteration(st, job, times);
   }
   const double med = kvphase::bench::median(times), peak = kvphase::bench::median(peaks);
   st.counters["peak_frac"] = flops / med * 1e-9 / peak;
@@ -373,11 +370,7 @@ void run_read(benchmark::State& st, kvphase::io::tensor_dtype dt, std::size_t by
   std::vector<double> times, roofs;
   for (auto _ : st) {
     roofs.push_back(kvphase::bench::read_seconds(x.p, x.n, 1, 1));
-    const auto t0 = kvphase::bench::clock_type::now();
-    job();
-    const double sec = std::chrono::duration<double>(kvphase::bench::clock_type::now() - t0).count();
-    times.push_back(sec);
-    st.SetIterationTime(sec);
+    time_iteration(st, job, times);
   }
   benchmark::DoNotOptimize(acc);
   const double roof = kvphase::bench::median(roofs), med = kvphase::bench::median(times);
