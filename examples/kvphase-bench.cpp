@@ -287,7 +287,6 @@ struct timing {
   std::vector<double> peak, peak_cpu;     // FMA peak probes between repetitions: GFLOP/s, GFLOP per CPU-second
 };
 
-
 /// Repetitions of job, each paired with one read of probe[0 … probe_n) in the same cache state,
 /// and an FMA-peak probe (~10 ms) after each of the first 5 repetitions and every 10th: on a
 /// shared machine the bound and the job are sampled under the same load.

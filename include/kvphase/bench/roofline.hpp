@@ -133,6 +133,9 @@ inline double process_cpu_seconds() {
 }
 
 namespace detail {
+/// Iterations of one FMA-peak probe run (~10 ms on one core).
+inline constexpr std::int64_t fma_probe_iters = 4'000'000;
+
 /// FLOP one call of fma_chains<Real>(iters) performs on one thread (2 per lane of each FMA).
 template <class Real>
 constexpr double fma_chains_flops(std::int64_t iters) {
@@ -142,7 +145,7 @@ constexpr double fma_chains_flops(std::int64_t iters) {
 /// FLOP of the FMA chains per elapsed unit of `now()` (wall or CPU seconds), median of reps runs.
 template <class Real, class Now>
 double fma_peak(int threads, int reps, Now now) {
-  const std::int64_t iters = 4'000'000;
+  const std::int64_t iters = fma_probe_iters;
   const double flops_per_thread = fma_chains_flops<Real>(iters);
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
@@ -179,7 +182,7 @@ struct peak_sample {
 };
 template <class Real = float>
 inline peak_sample fma_peak_sample(int threads) {
-  const std::int64_t iters = 4'000'000;
+  const std::int64_t iters = detail::fma_probe_iters;
   const double flops = detail::fma_chains_flops<Real>(iters) * threads;
   const double c0 = process_cpu_seconds();
   const auto t0 = clock_type::now();
