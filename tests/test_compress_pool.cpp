@@ -708,7 +708,8 @@ TEST_CASE("compress: the workspace's RoPE cache gives the same entries bit for b
 // With RMSNorm or RoPE, entries are pooled in tiles and post-processed stage by stage across a
 // tile's rows (engine::entries_tiled); the lockstep walk (interleave > 1) still runs entry() one
 // at a time. Both must give every row the same bits: 203 tokens give entry counts that are not a
-// multiple of the tile, and the grids with origins give masked first entries.
+// multiple of the tile, the grids with origins give masked first entries, and RoPE runs at every
+// anchor on both grid conventions.
 template <class Real, class Arch>
 void tiles_match_single_entries() {
   std::vector<kc::operator_spec> specs;
@@ -717,6 +718,12 @@ void tiles_match_single_entries() {
   }
   specs.push_back({.grid = {.window = 6, .stride = 2, .origin = 3}, .pool = kc::pool_kind::mean, .rmsnorm = true,
                    .rope = {.anchor = kc::rope_anchor::centre}});
+  // RoPE alone (no RMSNorm) at every anchor, on both grid conventions
+  for (auto a : {kc::rope_anchor::start, kc::rope_anchor::end, kc::rope_anchor::centre}) {
+    specs.push_back({.grid = {.window = 5, .stride = 3, .origin = 2, .convention = kc::grid_convention::nsa},
+                     .pool = kc::pool_kind::mean, .rope = {.anchor = a}});
+    specs.push_back({.grid = {.window = 6, .stride = 3, .origin = 1}, .pool = kc::pool_kind::max, .rope = {.anchor = a}});
+  }
   for (const auto& s : specs) {
     if (!s.rmsnorm && s.rope.anchor == kc::rope_anchor::none) continue;
     const index_t d = 72, N = s.grid.window > 64 ? 128 * 20 + 3 : 203;  // 72: a channel tail on every path
