@@ -12,7 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -25,6 +25,7 @@
 #include "kvphase/compress/grid.hpp"
 #include "kvphase/core/checked.hpp"
 #include "kvphase/core/error.hpp"
+#include "kvphase/core/parallel.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
@@ -50,31 +51,21 @@ struct index_lists {
 
 namespace detail {
 /// The lists of queries 0 … M − 1, where fill(a, b, out) appends those of queries a … b − 1 to
-/// out in order: run over `threads` contiguous query ranges (0: the OpenMP default) and
-/// concatenated in query order, so the result is the same for any thread count. Inputs are
-/// validated before; an exception inside a range (allocation) is rethrown after the loop.
+/// out in order: run over `threads` contiguous query ranges (0: the OpenMP default) by
+/// parallel::for_each_index and concatenated in query order, so the result is the same for any
+/// thread count. Inputs are validated before; an exception inside a range is rethrown.
 template <class Fill>
 index_lists lists_by_query(index_t M, int threads, Fill&& fill) {
   const int nt = static_cast<int>(std::min<index_t>(omp_threads(threads), std::max<index_t>(M, 1)));
-  index_lists out;
-  if (nt <= 1) {
-    fill(index_t(0), M, out);
-    return out;
-  }
   std::vector<index_lists> part(static_cast<std::size_t>(nt));
-  std::vector<std::exception_ptr> err(static_cast<std::size_t>(nt));
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-  for (int t = 0; t < nt; ++t) {
-    try {
-      fill(M * t / nt, M * (t + 1) / nt, part[static_cast<std::size_t>(t)]);
-    } catch (...) {
-      err[static_cast<std::size_t>(t)] = std::current_exception();
-    }
-  }
-  for (const auto& e : err)
-    if (e) std::rethrow_exception(e);
-  out.indices.reserve(std::accumulate(part.begin(), part.end(), std::size_t(0),
-                                      [](std::size_t n, const index_lists& l) { return n + l.indices.size(); }));
+  parallel::for_each_index(
+      nt, nt, [&](int&, std::int64_t t) { fill(M * t / nt, M * (t + 1) / nt, part[static_cast<std::size_t>(t)]); },
+      [] { return 0; }, [](int&) {}, [] {});
+  if (nt == 1) return std::move(part[0]);
+  index_lists out;
+  std::size_t n = 0;
+  for (const auto& l : part) n += l.indices.size();
+  out.indices.reserve(n);
   for (const auto& l : part)
     for (index_t i = 0; i < l.size(); ++i) out.push(l.of(i));
   return out;

@@ -141,42 +141,11 @@ template <class Real>
 constexpr double fma_chains_flops(std::int64_t iters) {
   return double(iters) * fma_chain_count<Real>() * 2.0 * double(xsimd::batch<Real>::size);
 }
-
-/// FLOP of the FMA chains per elapsed unit of `now()` (wall or CPU seconds), median of reps runs.
-template <class Real, class Now>
-double fma_peak(int threads, int reps, Now now) {
-  const std::int64_t iters = fma_probe_iters;
-  const double flops_per_thread = fma_chains_flops<Real>(iters);
-  std::vector<double> secs;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = now();
-#pragma omp parallel num_threads(threads)
-    { keep(fma_chains<Real>(iters)); }
-    secs.push_back(now() - t0);
-  }
-  return flops_per_thread * threads / median(secs) * 1e-9;
-}
 }  // namespace detail
 
-/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
-/// (median of reps runs of ~20 ms each).
-template <class Real = float>
-inline double fma_peak_gflops(int threads, int reps = 7) {
-  return detail::fma_peak<Real>(threads, reps, [] {
-    return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
-  });
-}
-
-/// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
-/// the per-core throughput while running, whatever share of the machine the process gets.
-template <class Real = float>
-inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
-  return detail::fma_peak<Real>(threads, reps, process_cpu_seconds);
-}
-
 /// One run of the FMA chains (~10 ms) on `threads` threads, timed on both clocks at once: the
-/// float peak in GFLOP per wall second and per CPU-second of the process. For probes interleaved
-/// with a job's repetitions, where a median of several runs would cost too much.
+/// float peak in GFLOP per wall second and per CPU-second of the process. kvphase-bench takes
+/// one between a job's repetitions; the two functions below take the median of several.
 struct peak_sample {
   double wall_gflops = 0, cpu_gflops = 0;
 };
@@ -191,6 +160,24 @@ inline peak_sample fma_peak_sample(int threads) {
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   const double cpu = process_cpu_seconds() - c0;
   return {flops / wall * 1e-9, flops / cpu * 1e-9};
+}
+
+/// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
+/// (median of reps runs of ~10 ms each).
+template <class Real = float>
+inline double fma_peak_gflops(int threads, int reps = 7) {
+  std::vector<double> g;
+  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real>(threads).wall_gflops);
+  return median(g);
+}
+
+/// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
+/// the per-core throughput while running, whatever share of the machine the process gets.
+template <class Real = float>
+inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
+  std::vector<double> g;
+  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real>(threads).cpu_gflops);
+  return median(g);
 }
 
 /// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
