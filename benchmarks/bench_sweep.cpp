@@ -23,7 +23,10 @@
 //                                                each: 8·N·d·c FLOP)
 //                                   pooling      compress::compress_into, planted parameters (no
 //                                                maps; FLOP counted: the weighted sums, 2·E·2c·S;
-//                                                the softmax's exponentials are not counted)
+//                                                the softmax's exponentials are not counted;
+//                                                bytes: X in, entries out, and the workspace's
+//                                                RoPE cache of (1 + rotated) doubles per entry
+//                                                read, as the rope row counts its table)
 //                                   pooling_rope8  the same with RoPE on the last 8 of the 64
 //                                                channels: the paper-scale faithful run's
 //                                                --rope-dim 8, V4's proportion (64 of 512)
@@ -297,14 +300,21 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
                                                                          &rnd.w_z, ws.z.data());
       kvphase::bench::keep(ws.pay[0] + ws.z[0]);
     }, seconds)};
-    // pooling: X in, E entries out
-    g["pooling"] = {2.0 * static_cast<double>(E) * 2.0 * dd * static_cast<double>(S),
-                    xb + static_cast<double>(E) * dd * f4, stage_seconds([&] {
+    // pooling: X in, E entries out, and the workspace's RoPE cache read (per entry its anchor
+    // position and a cosine and a sine per rotated pair, doubles: compress_workspace::rope_cs), as
+    // the rope row counts its table
+    const double ee = static_cast<double>(E);
+    auto rope_cache_bytes = [&](const compress::operator_spec& o) {
+      if (o.rope.anchor == compress::rope_anchor::none) return 0.0;
+      return ee * (1.0 + static_cast<double>(o.rope.rope_dim == 0 ? d : o.rope.rope_dim)) * 8.0;
+    };
+    g["pooling"] = {2.0 * ee * 2.0 * dd * static_cast<double>(S), xb + ee * dd * f4 + rope_cache_bytes(op),
+                    stage_seconds([&] {
       compress::compress_into<float>(op, planted, kvphase::matrix_view<float>(X.data(), N, d), kvphase::matrix_mut_view<float>(out.data(), E, d), 0,
                                      one, &ws);
       kvphase::bench::keep(out(0, 0));
     }, seconds)};
-    g["pooling_rope8"] = {g["pooling"].flop, g["pooling"].bytes, stage_seconds([&] {
+    g["pooling_rope8"] = {g["pooling"].flop, xb + ee * dd * f4 + rope_cache_bytes(op8), stage_seconds([&] {
       compress::compress_into<float>(op8, planted8, kvphase::matrix_view<float>(X.data(), N, d),
                                      kvphase::matrix_mut_view<float>(out.data(), E, d), 0, one, &ws8);
       kvphase::bench::keep(out(0, 0));

@@ -290,8 +290,10 @@ struct timing {
 /// Repetitions of job, each paired with one read of probe[0 … probe_n) in the same cache state,
 /// and an FMA-peak probe (~10 ms) after each of the first 5 repetitions and every 10th: on a
 /// shared machine the bound and the job are sampled under the same load.
+/// `peak`: the FMA-peak probe of the path the job runs (default: the compiled path's).
 timing measure(const std::function<void()>& job, const float* probe, std::size_t probe_n, int threads, index_t reps,
-               double seconds, bool cold, const std::function<void()>& tick) {
+               double seconds, bool cold, const std::function<void()>& tick,
+               kb::peak_sample (*peak)(int) = &kb::fma_peak_sample<float>) {
   const auto t0 = kb::clock_type::now();
   job();  // warm-up (first touch of internal buffers); also the time estimate
   const double first = std::chrono::duration<double>(kb::clock_type::now() - t0).count();
@@ -309,7 +311,7 @@ timing measure(const std::function<void()>& job, const float* probe, std::size_t
     t.job.push_back(std::chrono::duration<double>(kb::clock_type::now() - a).count());
     t.job_cpu.push_back(kb::process_cpu_seconds() - c0);
     if (r < 5 || r % 10 == 0) {
-      const kb::peak_sample p = kb::fma_peak_sample<float>(threads);
+      const kb::peak_sample p = peak(threads);
       t.peak.push_back(p.wall_gflops);
       t.peak_cpu.push_back(p.cpu_gflops);
     }
@@ -464,7 +466,18 @@ struct attention_flags {
   index_t context = 32768, dim = 128, queries = 256, window = 128;
   index_t top_k = 512, indexer_heads = 4, indexer_dim = 64;
   index_t select_top_n = 16, select_block = 64;
+  std::string arch = "native";  ///< the SIMD path the calls run: "native" (compiled) or "avx2"
 };
+
+/// The arch names --arch takes in this build: "native" always; "avx2" where the fma3<avx2> path
+/// is compiled (an AVX-512 build compiles it beside its own; on an AVX2 build it is the native one).
+std::vector<std::string> attention_arches() {
+#if XSIMD_WITH_FMA3_AVX2
+  return {"native", "avx2"};
+#else
+  return {"native"};
+#endif
+}
 
 void add_attention_flags(CLI::App& app, attention_flags& a) {
   cl::add_int(app, "--context", a.context, 2, index_t(1) << 26, "raw tokens N");
@@ -476,10 +489,16 @@ void add_attention_flags(CLI::App& app, attention_flags& a) {
   cl::add_int(app, "--indexer-dim", a.indexer_dim, 1, 1024, "CSA indexer width dI");
   cl::add_int(app, "--select-blocks", a.select_top_n, 3, 4096, "NSA selected blocks per query (initial and 2 local included)");
   cl::add_int(app, "--select-block", a.select_block, 1, 4096, "NSA selection block size (tokens)");
+  app.add_option("--arch", a.arch,
+                 "SIMD path of the attention calls and of the FMA peak they are measured against: native (the "
+                 "compiled one) or avx2 (the fma3<avx2> kernels of an AVX-512 build, against the AVX2 peak "
+                 "measured in the same run)")
+      ->check(CLI::IsMember(attention_arches()));
 }
 
-std::vector<row> run_attention(const kc::operator_spec& op, const attention_flags& a, const run_flags& rf,
-                               const std::vector<std::string>& base_args, bool quiet) {
+template <class Arch>
+std::vector<row> run_attention_on(const kc::operator_spec& op, const attention_flags& a, const run_flags& rf,
+                                  const std::vector<std::string>& base_args, bool quiet) {
   using matrix = kvphase::matrix_t<float>;
   const kc::chunk_grid grid = op.grid;
   const index_t N = a.context, d = a.dim;
@@ -546,15 +565,15 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
       const att::block_select_params bp{.block = a.select_block, .top_n = a.select_top_n, .threads = threads};
       auto job = [&] {
         if (v.topk) {
-          const auto sel = att::csa_select<float>(QI.bottomRows(M), HW.bottomRows(M), KI, grid, pos, ip);
+          const auto sel = att::csa_select<float, Arch>(QI.bottomRows(M), HW.bottomRows(M), KI, grid, pos, ip);
           att::compressed_selection<float> cs{.entries = &sel};
-          att::compressed_attention<float>(Q, pos, Kc, Vc, grid, K, V, prm, O, cs);
+          att::compressed_attention<float, Arch>(Q, pos, Kc, Vc, grid, K, V, prm, O, cs);
         } else if (v.nsa) {
           const auto blocks = att::nsa_select<float>(P, grid, pos, bp);
           att::compressed_selection<float> cs{.blocks = &blocks};
-          att::compressed_attention<float>(Q, pos, Kc, Vc, grid, K, V, prm, O, cs);
+          att::compressed_attention<float, Arch>(Q, pos, Kc, Vc, grid, K, V, prm, O, cs);
         } else {
-          att::compressed_attention<float>(Q, pos, Kc, Vc, grid, K, V, prm, O);
+          att::compressed_attention<float, Arch>(Q, pos, Kc, Vc, grid, K, V, prm, O);
         }
         kb::keep(O(0, 0));
       };
@@ -572,7 +591,8 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
         if (cache == "cold") args.push_back("--cold");
         if (rf.pages != "system") args.insert(args.end(), {"--pages", rf.pages});
         r.command = command_text(args);
-        const auto t = measure(job, probe.p, probe.n, threads, rf.reps, rf.seconds, cache == "cold", [] {});
+        const auto t = measure(job, probe.p, probe.n, threads, rf.reps, rf.seconds, cache == "cold", [] {},
+                               &kb::fma_peak_sample<float, Arch>);
         finish_row(r, t, static_cast<double>(probe.n * sizeof(float)));
         rows.push_back(r);
         if (!quiet) printer.update(++done, total);
@@ -581,6 +601,22 @@ std::vector<row> run_attention(const kc::operator_spec& op, const attention_flag
   }
   printer.finish();
   return rows;
+}
+
+/// The name of the path `--arch` selects (printed and recorded in the configuration).
+std::string attention_arch_name(const std::string& arch) {
+#if XSIMD_WITH_FMA3_AVX2
+  if (arch == "avx2") return xsimd::fma3<xsimd::avx2>::name();
+#endif
+  return kb::isa_name();
+}
+
+std::vector<row> run_attention(const kc::operator_spec& op, const attention_flags& a, const run_flags& rf,
+                               const std::vector<std::string>& base_args, bool quiet) {
+#if XSIMD_WITH_FMA3_AVX2
+  if (a.arch == "avx2") return run_attention_on<xsimd::fma3<xsimd::avx2>>(op, a, rf, base_args, quiet);
+#endif
+  return run_attention_on<kvphase::simd::default_arch>(op, a, rf, base_args, quiet);
 }
 
 // ---- trial ---------------------------------------------------------------------------------------
@@ -932,6 +968,7 @@ int main(int argc, char** argv) {
       }
       rows = run_attention(op, af, *rf, args, rf->quiet);
       cfg["subcommand"] = "attention";
+      cfg["arch"] = attention_arch_name(af.arch);
       cfg["grid"] = io::fields_to_json(op.grid);
     } else {
       rf = &rf_t;
@@ -955,7 +992,8 @@ int main(int argc, char** argv) {
       cfg["sweep_config"] = io::fields_to_json(c);
     }
     print_table(rows, std::cout);
-    std::cout << "# " << kb::isa_name() << "; frac = bound time / median time, the bound (read bandwidth or FMA peak) "
+    const std::string isa = cfg.contains("arch") ? cfg["arch"].get<std::string>() : std::string(kb::isa_name());
+    std::cout << "# " << isa << "; frac = bound time / median time, the bound (read bandwidth or FMA peak) "
                  "measured in this process beside each row; cpu_frac: the same per CPU-second of the process "
                  "(steadier when the machine is shared)\n";
     write_outputs(rows, *rf, cfg, argc, argv);

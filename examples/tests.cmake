@@ -238,6 +238,20 @@ add_test(NAME bench_smoke.kvphase_bench_attention
           --select-block 16 --threads 1,2 --reps 2 --quiet)
 set_tests_properties(bench_smoke.kvphase_bench_attention PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60
   PASS_REGULAR_EXPRESSION "compressed\\+window.*topk.*nsa.*decode")
+# --arch: a bad name exits 2 naming the flag; where the build has the AVX2 path beside its own
+# (the error lists it), the rows run on it and say so in the table and the JSON configuration.
+add_test(NAME bench_smoke.kvphase_bench_attention_arch
+  COMMAND sh -c "set -e; mkdir -p '${_kv_bench_out}'; cd '${_kv_bench_out}'
+    rc=0; '$<TARGET_FILE:kvphase-bench>' attention --arch sse9 --quiet 2> a.err || rc=$?
+    test $rc -eq 2; grep -q 'arch: sse9 not in' a.err
+    if grep -q avx2 a.err; then
+      '$<TARGET_FILE:kvphase-bench>' attention --arch avx2 --context 512 --dim 32 --queries 16 --raw-window 32 --topk 8 --select-blocks 4 --select-block 16 --reps 2 --quiet --json a.json > a.txt
+      grep -q '^# fma3+avx2;' a.txt; grep -q '\"arch\": *\"fma3+avx2\"' a.json
+      grep -q 'compressed+window' a.txt
+    fi
+    echo ok")
+set_tests_properties(bench_smoke.kvphase_bench_attention_arch PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "ok")
 add_test(NAME bench_smoke.kvphase_bench_trial
   COMMAND kvphase-bench trial --reps 5 --quiet)
 set_tests_properties(bench_smoke.kvphase_bench_trial PROPERTIES LABELS "bench_smoke;example" TIMEOUT 60

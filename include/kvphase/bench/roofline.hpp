@@ -3,10 +3,12 @@
 // In-process rooflines for kvphase benchmarks (benchmarks/, kvphase-bench, bench/gbench.hpp). The machine is noisy (clock 3.2-3.6 GHz, 2-thread
 // DRAM bandwidth swinging 2x between runs), so every benchmark states its speed as a fraction of
 // a limit measured in the same process, right next to the job:
-//   - fma_peak_gflops<Real>(threads): FMA throughput (float by default, or double) with 16
+//   - fma_peak_gflops<Real, Arch>(threads): FMA throughput (float by default, or double) with 16
 //     independent vector accumulators per thread on the path the binary was compiled for
-//     (xsimd::default_arch: AVX-512 with -march=native here, 2 x 16-lane float FMA per cycle;
-//     AVX2 with -march=haswell, 2 x 8 lanes), through kvphase::simd::fma, which is a hardware FMA
+//     (Arch = xsimd::default_arch: AVX-512 with -march=native here, 2 x 16-lane float FMA per
+//     cycle; AVX2 with -march=haswell, 2 x 8 lanes), or on a narrower compiled path (Arch =
+//     xsimd::fma3<xsimd::avx2> in an AVX-512 build: the peak a kernel instantiated for AVX2 is
+//     measured against in the same run), through kvphase::simd::fma, which is a hardware FMA
 //     on every FMA path (xsimd 8.1's own fma is not one on AVX-512);
 //   - read_seconds(x, n, threads): time to read n floats once (the compress roofline: any kernel
 //     must at least read its input), split statically across threads, each thread's share read
@@ -66,14 +68,14 @@ inline int num_threads() noexcept {
 // ISA has 32 vector registers (AVX-512); 12 where it has 16 (AVX2: 16 chains plus the two
 // constants do not fit, and GCC spilled three chains through the stack every iteration, which
 // under-measured the AVX2 peak by about a tenth). 12 still exceed latency × FMA ports (4 × 2).
-template <class Real>
+template <class Real, class Arch = xsimd::default_arch>
 constexpr int fma_chain_count() {
-  return sizeof(xsimd::batch<Real>) >= 64 ? 16 : 12;
+  return sizeof(xsimd::batch<Real, Arch>) >= 64 ? 16 : 12;
 }
-template <class Real>
+template <class Real, class Arch = xsimd::default_arch>
 [[gnu::noinline]] inline Real fma_chains(std::int64_t iters) {
-  using B = xsimd::batch<Real>;
-  using A = typename B::arch_type;
+  using B = xsimd::batch<Real, Arch>;
+  using A = Arch;
   B a0(Real(1.0)), a1(Real(1.1)), a2(Real(1.2)), a3(Real(1.3)), a4(Real(1.4)), a5(Real(1.5)), a6(Real(1.6)),
       a7(Real(1.7));
   B a8(Real(1.8)), a9(Real(1.9)), a10(Real(2.0)), a11(Real(2.1)), a12(Real(2.2)), a13(Real(2.3)), a14(Real(2.4)),
@@ -83,11 +85,11 @@ template <class Real>
   for (std::int64_t i = 0; i < iters; ++i) {
     f(a0); f(a1); f(a2); f(a3); f(a4); f(a5); f(a6); f(a7);
     f(a8); f(a9); f(a10); f(a11);
-    if constexpr (fma_chain_count<Real>() == 16) { f(a12); f(a13); f(a14); f(a15); }
+    if constexpr (fma_chain_count<Real, Arch>() == 16) { f(a12); f(a13); f(a14); f(a15); }
     asm volatile("" ::: "memory");
   }
   B s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + ((a8 + a9) + (a10 + a11));
-  if constexpr (fma_chain_count<Real>() == 16) {
+  if constexpr (fma_chain_count<Real, Arch>() == 16) {
     s += (a12 + a13) + (a14 + a15);
   } else {
     (void)a12, (void)a13, (void)a14, (void)a15;
@@ -136,10 +138,10 @@ namespace detail {
 /// Iterations of one FMA-peak probe run (~10 ms on one core).
 inline constexpr std::int64_t fma_probe_iters = 4'000'000;
 
-/// FLOP one call of fma_chains<Real>(iters) performs on one thread (2 per lane of each FMA).
-template <class Real>
+/// FLOP one call of fma_chains<Real, Arch>(iters) performs on one thread (2 per lane of each FMA).
+template <class Real, class Arch = xsimd::default_arch>
 constexpr double fma_chains_flops(std::int64_t iters) {
-  return double(iters) * fma_chain_count<Real>() * 2.0 * double(xsimd::batch<Real>::size);
+  return double(iters) * fma_chain_count<Real, Arch>() * 2.0 * double(xsimd::batch<Real, Arch>::size);
 }
 }  // namespace detail
 
@@ -149,34 +151,34 @@ constexpr double fma_chains_flops(std::int64_t iters) {
 struct peak_sample {
   double wall_gflops = 0, cpu_gflops = 0;
 };
-template <class Real = float>
+template <class Real = float, class Arch = xsimd::default_arch>
 inline peak_sample fma_peak_sample(int threads) {
   const std::int64_t iters = detail::fma_probe_iters;
-  const double flops = detail::fma_chains_flops<Real>(iters) * threads;
+  const double flops = detail::fma_chains_flops<Real, Arch>(iters) * threads;
   const double c0 = process_cpu_seconds();
   const auto t0 = clock_type::now();
 #pragma omp parallel num_threads(threads)
-  { keep(detail::fma_chains<Real>(iters)); }
+  { keep(detail::fma_chains<Real, Arch>(iters)); }
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   const double cpu = process_cpu_seconds() - c0;
   return {flops / wall * 1e-9, flops / cpu * 1e-9};
 }
 
 /// FMA peak in GFLOP/s of Real (float or double) with `threads` threads on the compiled path
-/// (median of reps runs of ~10 ms each).
-template <class Real = float>
+/// Arch (median of reps runs of ~10 ms each).
+template <class Real = float, class Arch = xsimd::default_arch>
 inline double fma_peak_gflops(int threads, int reps = 7) {
   std::vector<double> g;
-  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real>(threads).wall_gflops);
+  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real, Arch>(threads).wall_gflops);
   return median(g);
 }
 
 /// FMA peak of Real in GFLOP per CPU-second of `threads` threads (median of reps runs):
 /// the per-core throughput while running, whatever share of the machine the process gets.
-template <class Real = float>
+template <class Real = float, class Arch = xsimd::default_arch>
 inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
   std::vector<double> g;
-  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real>(threads).cpu_gflops);
+  for (int r = 0; r < reps; ++r) g.push_back(fma_peak_sample<Real, Arch>(threads).cpu_gflops);
   return median(g);
 }
 
