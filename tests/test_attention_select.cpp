@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -67,6 +68,41 @@ TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attenti
           CHECK(std::fabs(double(out[static_cast<std::size_t>(i)]) - ref) <= bound + 1e-300);
         }
       });
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("top-k's radix select equals the sorted reference on signs, zeros, infinities and ties",
+                   "[attention][select]", float, double) {
+  using Real = TestType;
+  std::mt19937 g(11);
+  const Real inf = std::numeric_limits<Real>::infinity();
+  const Real tiny = std::numeric_limits<Real>::denorm_min(), big = std::numeric_limits<Real>::max();
+  // 0: normal; 1: four values (ties at every threshold); 2: mixed magnitudes and specials;
+  // 3: all equal; 4: values that differ only in the last bits (every radix digit matters)
+  for (index_t n : {1, 3, 17, 2048, 5001}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      std::vector<Real> s(static_cast<std::size_t>(n));
+      std::normal_distribution<double> nd;
+      for (index_t i = 0; i < n; ++i) {
+        const double z = nd(g);
+        Real v = static_cast<Real>(z);
+        if (kind == 1) v = static_cast<Real>(static_cast<int>(g() % 4) - 1);
+        if (kind == 2) {
+          const Real special[] = {Real(0), -Real(0), inf, -inf, tiny, -tiny, big, -big};
+          v = g() % 3 == 0 ? special[g() % 8] : static_cast<Real>(z * std::pow(10.0, double(g() % 20) - 10.0));
+        }
+        if (kind == 3) v = Real(-0.5);
+        if (kind == 4) v = std::nextafter(Real(1), Real(2)) + static_cast<Real>(g() % 64) * std::numeric_limits<Real>::epsilon();
+        s[static_cast<std::size_t>(i)] = v;
+      }
+      std::vector<double> sd(s.begin(), s.end());
+      for (index_t k : {index_t(1), index_t(2), n / 3 + 1, n / 2, n - 1, n, n + 5}) {
+        if (k < 1) continue;
+        const auto got = att::top_k<Real>(s, k);
+        INFO("n=" << n << " kind=" << kind << " k=" << k);
+        CHECK(got == ref_top_k(sd, k));
+      }
     }
   }
 }
@@ -144,6 +180,51 @@ TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer sco
   CHECK_THROWS_WITH(att::csa_select<Real>(QI, W.leftCols(2), KI, g, pos, ip), Catch::Contains("W.cols()"));
   CHECK_THROWS_WITH(att::csa_select<Real>(QI, W, KI, g, pos, att::indexer_params{.heads = H, .top_k = 0}),
                     Catch::Contains("indexer.top_k"));
+}
+
+TEMPLATE_TEST_CASE("NSA selection equals the per-query importance and top-n, bit for bit", "[attention][select]",
+                   float, double) {
+  // nsa_select builds the overlap geometry once per call; per query it must give exactly the
+  // importances of nsa_block_importance (same products and sums in the same order), so the same
+  // blocks win, ties included. Grids with overlap, an origin, the NSA convention, entries that
+  // straddle selection blocks; probabilities with ties.
+  using Real = TestType;
+  const index_t N = 400, M = 23;
+  for (cmp::chunk_grid g : {cmp::chunk_grid{.window = 4, .stride = 4}, cmp::chunk_grid{.window = 8, .stride = 4},
+                            cmp::chunk_grid{.window = 5, .stride = 3, .origin = 2},
+                            cmp::chunk_grid{.window = 32, .stride = 16, .convention = cmp::grid_convention::nsa},
+                            cmp::chunk_grid{.window = 7, .stride = 6, .origin = -3}}) {
+    const index_t E = g.num_entries(N);
+    matrix_t<Real> P = kt::random_matrix<Real>(M, E, 301u).array().abs().matrix();
+    for (index_t i = 0; i < M; i += 3)
+      for (index_t e = 0; e < E; ++e) P(i, e) = static_cast<Real>(e % 3);  // ties
+    std::vector<index_t> pos(static_cast<std::size_t>(M));
+    for (index_t i = 0; i < M; ++i) pos[static_cast<std::size_t>(i)] = (N - 1) * (i + 1) / M;
+    for (auto mapping : {att::block_mapping::overlap, att::block_mapping::eq9}) {
+      for (index_t block : {5, 16, 64}) {
+        const att::block_select_params bp{.block = block, .top_n = 6, .initial = 1, .local = 2, .mapping = mapping};
+        const auto got = att::nsa_select<Real>(P, g, pos, bp);
+        REQUIRE(got.size() == M);
+        for (index_t i = 0; i < M; ++i) {
+          const index_t t = pos[static_cast<std::size_t>(i)];
+          const index_t nb = t / block + 1, nv = std::min<index_t>(g.num_visible(t), E);
+          std::vector<Real> prow(static_cast<std::size_t>(nv)), imp(static_cast<std::size_t>(nb));
+          for (index_t e = 0; e < nv; ++e) prow[static_cast<std::size_t>(e)] = P(i, e);
+          att::nsa_block_importance(prow.data(), nv, g, block, mapping, nb, imp.data());
+          if (mapping == att::block_mapping::overlap) {  // the table's importances, bit for bit
+            std::vector<Real> fast(static_cast<std::size_t>(nb));
+            att::detail::block_overlaps(g, E, block).importance(prow.data(), nv, g.stride, nb, fast.data());
+            CHECK(fast == imp);
+          }
+          std::vector<index_t> out(static_cast<std::size_t>(nb)), work(static_cast<std::size_t>(nb));
+          out.resize(static_cast<std::size_t>(att::nsa_select_blocks(imp.data(), nb, bp, out.data(), work.data())));
+          const auto list = got.of(i);
+          INFO(g << " mapping " << att::to_string(mapping) << " block " << block << " query " << i);
+          CHECK(std::vector<index_t>(list.begin(), list.end()) == out);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("CSA and NSA selections are the same lists for any thread count", "[attention][select]") {

@@ -11,13 +11,18 @@
 /// in increasing index order. This makes every selection a deterministic function of the scores.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kvphase/attention/full.hpp"
@@ -91,19 +96,100 @@ inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real*
   }
 }
 
+namespace detail {
+/// An unsigned key of a float or double that orders as the values do: a < b ⇔ key(a) < key(b),
+/// and a == b ⇔ key(a) == key(b) (−0 and +0 share +0's key). Not for NaN.
+template <class Real>
+inline auto order_key(Real x) noexcept {
+  using U = std::conditional_t<sizeof(Real) == 4, std::uint32_t, std::uint64_t>;
+  static_assert(sizeof(Real) == sizeof(U), "float or double");
+  U u;
+  std::memcpy(&u, &x, sizeof u);
+  u &= U(0) - static_cast<U>(x != Real(0));  // −0 → +0
+  // negative: all bits flipped; otherwise the sign bit set. Branch-free: the signs of scores
+  // are data, and a branch on them mispredicts half the time.
+  constexpr int top = 8 * sizeof(U) - 1;
+  constexpr U sign = U(1) << top;
+  return u ^ ((U(0) - (u >> top)) | sign);
+}
+}  // namespace detail
+
 /// Indices of the k largest of scores[0..n) (k clipped to n), ties broken by LOWER index,
 /// returned in increasing index order. scores must not contain NaN.  Returns the count.
 ///   scores: [n]; out: [min(k, n)]; work: [n] scratch.
+/// A radix select on order_key, 11 bits a pass from the top: each pass counts the candidates'
+/// digits, keeps the bin that holds the k-th largest and narrows the candidates to it (in work),
+/// until the bin's candidates are exactly the ones still needed or every digit is fixed. One
+/// scan in index order then keeps the keys above the threshold and, of the keys equal to it, the
+/// lowest indices: the rule above, in increasing index order, without sorting.
 template <class Real>
 inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* out, index_t* work) noexcept {
   k = std::min(k, n);
   if (k <= 0) return 0;
-  std::iota(work, work + n, index_t(0));
-  auto better = [scores](index_t a, index_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  };
-  if (k < n) std::nth_element(work, work + (k - 1), work + n, better);
-  std::sort(work, work + k);
+  if (k == n) {
+    std::iota(out, out + n, index_t(0));
+    return n;
+  }
+  using U = decltype(detail::order_key(Real(0)));
+  constexpr int bits = 8 * sizeof(U), radix = 11;
+  constexpr std::size_t nb = std::size_t(1) << radix;
+  std::array<std::uint32_t, nb> hist;
+  U prefix = 0, fixed = 0;  // the threshold's digits found so far, and the mask of their bits
+  index_t need = k;         // keys still to take among those whose fixed bits equal prefix
+  index_t m = -1;           // the candidates: work[0 … m), or all n before the first pass
+  for (int hi = bits; hi > 0 && m != need;) {
+    const int w = std::min(radix, hi), lo = hi - w;
+    const U dmask = (U(1) << w) - 1;
+    std::fill(hist.begin(), hist.begin() + (std::ptrdiff_t(1) << w), std::uint32_t(0));
+    auto digit = [&](index_t i) { return static_cast<std::size_t>((detail::order_key(scores[i]) >> lo) & dmask); };
+    if (m < 0) {
+      for (index_t i = 0; i < n; ++i) ++hist[digit(i)];
+    } else {
+      for (index_t j = 0; j < m; ++j) ++hist[digit(work[j])];
+    }
+    auto bin = [&](std::size_t b) { return static_cast<index_t>(hist[b]); };
+    std::size_t b = std::size_t(dmask);
+    index_t above = 0;
+    for (; above + bin(b) < need; --b) above += bin(b);  // the bins above b hold fewer than need
+    need -= above;
+    prefix |= U(b) << lo;
+    fixed |= dmask << lo;
+    index_t m2 = 0;
+    if (m < 0) {  // branch-free: which scores share the bin is data, not a pattern
+      for (index_t i = 0; i < n; ++i) {
+        work[m2] = i;
+        m2 += static_cast<index_t>(digit(i) == b);
+      }
+    } else {
+      for (index_t j = 0; j < m; ++j) {
+        const index_t i = work[j];
+        work[m2] = i;
+        m2 += static_cast<index_t>(digit(i) == b);
+      }
+    }
+    m = m2;
+    hi = lo;
+  }
+  // keys above the threshold, and the first `need` (by index) equal to it on the fixed bits;
+  // written to work (k < n slots suffice: the store before the count test never passes k).
+  // When the candidates left are exactly the ones needed (no tie cut at the threshold, the
+  // usual case), that is every key ≥ the threshold.
+  index_t cnt = 0;
+  if (m == need) {
+    for (index_t i = 0; i < n; ++i) {
+      work[cnt] = i;
+      cnt += static_cast<index_t>((detail::order_key(scores[i]) & fixed) >= prefix);
+    }
+  } else {
+    index_t eq = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const U key = detail::order_key(scores[i]) & fixed;
+      const bool take_eq = key == prefix && eq < need;
+      work[cnt] = i;
+      cnt += static_cast<index_t>(key > prefix || take_eq);
+      eq += static_cast<index_t>(take_eq);
+    }
+  }
   std::copy(work, work + k, out);
   return k;
 }
@@ -231,6 +317,44 @@ inline void nsa_block_importance(const Real* p_cmp, index_t n_cmp, const compres
   }
 }
 
+namespace detail {
+/// The overlap mapping's geometry, which does not depend on the query: entry e covers tokens
+/// r = grid.sources(e) and adds p_cmp[e]·|r ∩ block j| / stride to block j for the (at most a
+/// few) blocks j it overlaps. Kept as (block, overlap count) pairs in entry order, so that the
+/// importances computed from it are nsa_block_importance's bit for bit: the same products and
+/// sums in the same order.
+struct block_overlaps {
+  std::vector<index_t> first;                          ///< entry e's pairs: [first[e], first[e + 1])
+  std::vector<std::pair<index_t, index_t>> pairs;      ///< (block j, tokens of the entry in j)
+  block_overlaps(const compress::chunk_grid& grid, index_t n_entries, index_t sel_block) {
+    first.reserve(static_cast<std::size_t>(n_entries) + 1);
+    for (index_t e = 0; e < n_entries; ++e) {
+      first.push_back(static_cast<index_t>(pairs.size()));
+      const compress::token_range r = grid.sources(e);
+      const index_t jlo = std::max<index_t>(0, floor_div(r.first, sel_block)), jhi = floor_div(r.last, sel_block);
+      for (index_t j = jlo; j <= jhi; ++j) {
+        const index_t lo = std::max(r.first, j * sel_block), hi = std::min(r.last, (j + 1) * sel_block - 1);
+        if (hi >= lo) pairs.emplace_back(j, hi - lo + 1);
+      }
+    }
+    first.push_back(static_cast<index_t>(pairs.size()));
+  }
+  /// nsa_block_importance(p_cmp, n_cmp, grid, sel_block, overlap, n_blocks, out) for n_cmp ≤ the
+  /// entries the table was built for, whose blocks all lie below n_blocks (entries visible to a
+  /// query at t < n_blocks·sel_block end at or before t).
+  template <class Real>
+  void importance(const Real* p_cmp, index_t n_cmp, index_t stride, index_t n_blocks, Real* out) const noexcept {
+    std::fill(out, out + n_blocks, Real(0));
+    const Real st = static_cast<Real>(stride);
+    for (index_t e = 0; e < n_cmp; ++e)
+      for (index_t k = first[static_cast<std::size_t>(e)]; k < first[static_cast<std::size_t>(e) + 1]; ++k) {
+        const auto [j, cnt] = pairs[static_cast<std::size_t>(k)];
+        if (j < n_blocks) out[j] += p_cmp[e] * static_cast<Real>(cnt) / st;
+      }
+  }
+};
+}  // namespace detail
+
 /// Settings of NSA block selection.
 struct block_select_params {
   index_t block = 64;       ///< selection block size l'
@@ -293,6 +417,13 @@ index_lists nsa_select(const cref<Real>& P, const compress::chunk_grid& grid, st
     const index_t t = pos[static_cast<std::size_t>(i)];
     require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
   }
+  // the overlap mapping's geometry, once for every query (computing it per query and entry was
+  // most of the selection's time)
+  index_t nv_max = 0;
+  for (index_t i = 0; i < M; ++i)
+    nv_max = std::max(nv_max, std::min<index_t>(grid.num_visible(pos[static_cast<std::size_t>(i)]), P.cols()));
+  std::optional<detail::block_overlaps> overlaps;
+  if (p.mapping == block_mapping::overlap) overlaps.emplace(grid, nv_max, p.block);
   return detail::lists_by_query(M, p.threads, [&](index_t a, index_t b, index_lists& out) {
     std::vector<Real> imp, prow;
     std::vector<index_t> work, pick;
@@ -305,7 +436,8 @@ index_lists nsa_select(const cref<Real>& P, const compress::chunk_grid& grid, st
       imp.resize(static_cast<std::size_t>(nb));
       work.resize(static_cast<std::size_t>(nb));
       pick.resize(static_cast<std::size_t>(nb));
-      nsa_block_importance(prow.data(), nv, grid, p.block, p.mapping, nb, imp.data());
+      if (overlaps) overlaps->importance(prow.data(), nv, grid.stride, nb, imp.data());
+      else nsa_block_importance(prow.data(), nv, grid, p.block, p.mapping, nb, imp.data());
       const index_t k = nsa_select_blocks(imp.data(), nb, p, pick.data(), work.data());
       out.push({pick.data(), static_cast<std::size_t>(k)});
     }
