@@ -183,6 +183,21 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
     }
   }
 
+  // gated: the compressed branch over all visible entries (no per-query entry list) is its own
+  // softmax, a one-segment job for the blocked multi-query kernel; the per-query loop below then
+  // runs the selected and window branches and mixes the three
+  matrix_t<Real> o_cmp;
+  if constexpr (detail::flash_xsimd_enabled<Real, Arch>) {
+    if (!joint && p.compressed && !sel.entries && detail::flash_xsimd_applicable(M, d, dv)) {
+      std::vector<index_t> nvis(static_cast<std::size_t>(M));
+      for (index_t i = 0; i < M; ++i) nvis[static_cast<std::size_t>(i)] = grid.num_visible(tpos[static_cast<std::size_t>(i)]);
+      const detail::kv_segment<Real> seg{
+          .K = Kc.data(), .ldk = Kc.outerStride(), .V = Vc.data(), .ldv = Vc.outerStride(), .n = E, .lo = nullptr, .hi = nvis.data()};
+      o_cmp.resize(M, dv);
+      detail::flash_xsimd<Real, Arch>(Q.data(), Q.outerStride(), M, &seg, 1, d, dv, scale, sink, o_cmp.data(), dv, nt);
+    }
+  }
+
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
   {
     online_softmax<Real, Arch> st(dv, p.attn.block);
@@ -230,10 +245,14 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
         st.finish(sink, o);
       } else {
         std::fill(o, o + dv, Real(0));
-        st.reset();
-        branch_cmp();
-        st.finish(sink, tmp.data());
-        simd::axpy<Real, Arch>(g[0], tmp.data(), o, dv);
+        if (o_cmp.size()) {
+          simd::axpy<Real, Arch>(g[0], o_cmp.data() + i * dv, o, dv);
+        } else {
+          st.reset();
+          branch_cmp();
+          st.finish(sink, tmp.data());
+          simd::axpy<Real, Arch>(g[0], tmp.data(), o, dv);
+        }
         if (sel.blocks) {
           st.reset();
           branch_slc(t);
