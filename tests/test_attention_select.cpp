@@ -185,8 +185,8 @@ TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer sco
 TEMPLATE_TEST_CASE("NSA selection equals the per-query importance and top-n, bit for bit", "[attention][select]",
                    float, double) {
   // nsa_select builds the overlap geometry once per call; per query it must give exactly the
-  // importances of nsa_block_importance (same products and sums in the same order), so the same
-  // blocks win, ties included. Grids with overlap, an origin, the NSA convention, entries that
+  // importances of the definition (same products and sums in the same order), so the same blocks
+  // win as nsa_block_importance + nsa_select_blocks per query, ties included. Grids with overlap, an origin, the NSA convention, entries that
   // straddle selection blocks; probabilities with ties.
   using Real = TestType;
   const index_t N = 400, M = 23;
@@ -211,10 +211,23 @@ TEMPLATE_TEST_CASE("NSA selection equals the per-query importance and top-n, bit
           std::vector<Real> prow(static_cast<std::size_t>(nv)), imp(static_cast<std::size_t>(nb));
           for (index_t e = 0; e < nv; ++e) prow[static_cast<std::size_t>(e)] = P(i, e);
           att::nsa_block_importance(prow.data(), nv, g, block, mapping, nb, imp.data());
-          if (mapping == att::block_mapping::overlap) {  // the table's importances, bit for bit
-            std::vector<Real> fast(static_cast<std::size_t>(nb));
-            att::detail::block_overlaps(g, E, block).importance(prow.data(), nv, g.stride, nb, fast.data());
-            CHECK(fast == imp);
+          if (mapping == att::block_mapping::overlap) {
+            // the definition, entry by entry (p·|sources ∩ block| / S, summed in entry order): the
+            // tabulated importances equal it bit for bit, with a table built for one query or for all
+            std::vector<Real> def(static_cast<std::size_t>(nb), Real(0)), all(static_cast<std::size_t>(nb));
+            for (index_t e = 0; e < nv; ++e) {
+              const cmp::token_range r = g.sources(e);
+              for (index_t j = std::max<index_t>(0, kvphase::floor_div(r.first, block));
+                   j <= std::min<index_t>(nb - 1, kvphase::floor_div(r.last, block)); ++j) {
+                const index_t lo = std::max(r.first, j * block), hi = std::min(r.last, (j + 1) * block - 1);
+                if (hi >= lo)
+                  def[static_cast<std::size_t>(j)] +=
+                      prow[static_cast<std::size_t>(e)] * static_cast<Real>(hi - lo + 1) / static_cast<Real>(g.stride);
+              }
+            }
+            CHECK(imp == def);
+            att::detail::block_overlaps(g, E, block).importance(prow.data(), nv, g.stride, nb, all.data());
+            CHECK(all == def);
           }
           std::vector<index_t> out(static_cast<std::size_t>(nb)), work(static_cast<std::size_t>(nb));
           out.resize(static_cast<std::size_t>(att::nsa_select_blocks(imp.data(), nb, bp, out.data(), work.data())));

@@ -147,10 +147,9 @@ inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* 
     } else {
       for (index_t j = 0; j < m; ++j) ++hist[digit(work[j])];
     }
-    auto bin = [&](std::size_t b) { return static_cast<index_t>(hist[b]); };
     std::size_t b = std::size_t(dmask);
     index_t above = 0;
-    for (; above + bin(b) < need; --b) above += bin(b);  // the bins above b hold fewer than need
+    for (; above + index_t(hist[b]) < need; --b) above += hist[b];  // the bins above b hold fewer than need
     need -= above;
     prefix |= U(b) << lo;
     fixed |= dmask << lo;
@@ -284,45 +283,11 @@ enum class block_mapping {
 };
 inline const char* to_string(block_mapping m) noexcept { return m == block_mapping::overlap ? "overlap" : "eq9"; }
 
-/// Block importance of one query: out[j] = Σ_e weight(e, j) · p_cmp[e] for selection blocks
-/// j ∈ [0, n_blocks) of size sel_block (block j = tokens [j·sel_block, (j+1)·sel_block − 1]).
-///   p_cmp: [n_cmp] compression probabilities (entries 0 … n_cmp−1 of `grid`); out: [n_blocks].
-/// With sel_block = window = stride the mapping is the identity.
-template <class Real>
-inline void nsa_block_importance(const Real* p_cmp, index_t n_cmp, const compress::chunk_grid& grid,
-                                 index_t sel_block, block_mapping mapping, index_t n_blocks, Real* out) noexcept {
-  std::fill(out, out + n_blocks, Real(0));
-  if (mapping == block_mapping::overlap) {
-    for (index_t e = 0; e < n_cmp; ++e) {
-      const compress::token_range r = grid.sources(e);
-      const index_t jlo = std::max<index_t>(0, floor_div(r.first, sel_block));
-      const index_t jhi = std::min<index_t>(n_blocks - 1, floor_div(r.last, sel_block));
-      for (index_t j = jlo; j <= jhi; ++j) {
-        const index_t lo = std::max(r.first, j * sel_block), hi = std::min(r.last, (j + 1) * sel_block - 1);
-        if (hi >= lo) out[j] += p_cmp[e] * static_cast<Real>(hi - lo + 1) / static_cast<Real>(grid.stride);
-      }
-    }
-    return;
-  }
-  const index_t A = std::max<index_t>(1, sel_block / grid.stride);
-  const index_t B = std::max<index_t>(1, grid.window / grid.stride);
-  for (index_t j = 0; j < n_blocks; ++j) {
-    Real s = 0;
-    for (index_t a = 0; a < A; ++a)
-      for (index_t b = 0; b < B; ++b) {
-        const index_t e = A * j - a - b;
-        if (e >= 0 && e < n_cmp) s += p_cmp[e];
-      }
-    out[j] = s;
-  }
-}
-
 namespace detail {
 /// The overlap mapping's geometry, which does not depend on the query: entry e covers tokens
 /// r = grid.sources(e) and adds p_cmp[e]·|r ∩ block j| / stride to block j for the (at most a
-/// few) blocks j it overlaps. Kept as (block, overlap count) pairs in entry order, so that the
-/// importances computed from it are nsa_block_importance's bit for bit: the same products and
-/// sums in the same order.
+/// few) blocks j it overlaps. Kept as (block, overlap count) pairs in entry order. One table
+/// serves every query of a call (nsa_select); nsa_block_importance builds one for its query.
 struct block_overlaps {
   std::vector<index_t> first;                          ///< entry e's pairs: [first[e], first[e + 1])
   std::vector<std::pair<index_t, index_t>> pairs;      ///< (block j, tokens of the entry in j)
@@ -339,9 +304,8 @@ struct block_overlaps {
     }
     first.push_back(static_cast<index_t>(pairs.size()));
   }
-  /// nsa_block_importance(p_cmp, n_cmp, grid, sel_block, overlap, n_blocks, out) for n_cmp ≤ the
-  /// entries the table was built for, whose blocks all lie below n_blocks (entries visible to a
-  /// query at t < n_blocks·sel_block end at or before t).
+  /// The overlap importances of blocks 0 … n_blocks − 1 (out) from entries 0 … n_cmp − 1 (n_cmp ≤
+  /// the entries the table was built for), summed in entry order; blocks ≥ n_blocks are left out.
   template <class Real>
   void importance(const Real* p_cmp, index_t n_cmp, index_t stride, index_t n_blocks, Real* out) const noexcept {
     std::fill(out, out + n_blocks, Real(0));
@@ -354,6 +318,31 @@ struct block_overlaps {
   }
 };
 }  // namespace detail
+
+/// Block importance of one query: out[j] = Σ_e weight(e, j) · p_cmp[e] for selection blocks
+/// j ∈ [0, n_blocks) of size sel_block (block j = tokens [j·sel_block, (j+1)·sel_block − 1]).
+///   p_cmp: [n_cmp] compression probabilities (entries 0 … n_cmp−1 of `grid`); out: [n_blocks].
+/// With sel_block = window = stride the mapping is the identity.
+template <class Real>
+inline void nsa_block_importance(const Real* p_cmp, index_t n_cmp, const compress::chunk_grid& grid,
+                                 index_t sel_block, block_mapping mapping, index_t n_blocks, Real* out) {
+  if (mapping == block_mapping::overlap) {
+    detail::block_overlaps(grid, n_cmp, sel_block).importance(p_cmp, n_cmp, grid.stride, n_blocks, out);
+    return;
+  }
+  std::fill(out, out + n_blocks, Real(0));
+  const index_t A = std::max<index_t>(1, sel_block / grid.stride);
+  const index_t B = std::max<index_t>(1, grid.window / grid.stride);
+  for (index_t j = 0; j < n_blocks; ++j) {
+    Real s = 0;
+    for (index_t a = 0; a < A; ++a)
+      for (index_t b = 0; b < B; ++b) {
+        const index_t e = A * j - a - b;
+        if (e >= 0 && e < n_cmp) s += p_cmp[e];
+      }
+    out[j] = s;
+  }
+}
 
 /// Settings of NSA block selection.
 struct block_select_params {
