@@ -49,6 +49,8 @@ namespace compress = kvphase::compress;
 // the operator flags (--preset, --window, --stride, --pool, ...) are shared with kvphase-bench
 struct cli_options : kvphase::cli::operator_flags {
   std::string model = "compressed";
+  std::optional<index_t> indexer_dim, indexer_heads;
+  std::optional<double> indexer_align;
   std::optional<index_t> topk, select_blocks, select_block;
   std::vector<double> gates;
   std::vector<double> head_gates;
@@ -101,6 +103,9 @@ sim::sweep_config make_config(const cli_options& o) {
   c.params_seed = o.params_seed;
   sim::parse(o.model, c.model.kind);
   if (o.topk) c.model.top_k = *o.topk;
+  if (o.indexer_dim) c.model.indexer.dim = *o.indexer_dim;
+  if (o.indexer_heads) c.model.indexer.heads = *o.indexer_heads;
+  if (o.indexer_align) c.model.indexer.align = *o.indexer_align;
   if (o.select_blocks) c.model.select_blocks = *o.select_blocks;
   if (o.select_block) c.model.select_block = *o.select_block;
   if (!o.gates.empty()) {
@@ -110,6 +115,10 @@ sim::sweep_config make_config(const cli_options& o) {
     c.model.gate_win = o.gates[2];
   }
   kvphase::require(!o.topk || c.model.kind == sim::model_kind::csa, "topk", o.topk.value_or(0), "applies only to --model csa");
+  kvphase::require(!o.indexer_dim || c.model.kind == sim::model_kind::csa, "indexer-dim", o.indexer_dim.value_or(0),
+                   "applies only to --model csa");
+  kvphase::require((!o.indexer_heads && !o.indexer_align) || c.model.indexer.dim > 0, "indexer-heads",
+                   o.indexer_heads.value_or(1), "--indexer-heads and --indexer-align need --indexer-dim > 0");
   kvphase::require((!o.select_blocks && !o.select_block && o.gates.empty()) || c.model.kind == sim::model_kind::nsa,
                    "select-blocks", o.select_blocks.value_or(o.select_block.value_or(0)),
                    "--select-blocks, --select-block and --gates apply only to --model nsa");
@@ -194,6 +203,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"compressed", "csa", "v4-csa", "nsa"}))
       ->capture_default_str();
   opt_int("--topk", o.topk, 1, big, "entries the CSA indexer keeps (--model csa; default 512)");
+  opt_int("--indexer-dim", o.indexer_dim, 0, 65536,
+          "width dI of V4's indexer with its own compressor and projections (--model csa; default 0: the query "
+          "scores the compressed entries)");
+  opt_int("--indexer-heads", o.indexer_heads, 1, 256, "index heads of V4's indexer (--indexer-dim > 0; default 1)");
+  opt_real("--indexer-align", o.indexer_align, 0, 1,
+           "agreement rho of each index head's query projection with the key projection: 1 aligned, 0 untrained "
+           "(--indexer-dim > 0; default 1)");
   opt_int("--select-blocks", o.select_blocks, 3, big, "NSA selected blocks incl. initial and 2 local (default 16)");
   opt_int("--select-block", o.select_block, 1, big, "NSA selection block size in tokens (default 64)");
   cl::add_reals(app, "--gates", o.gates, 0, 1, "NSA branch gates cmp,slc,win (default 1/3 each)");

@@ -92,6 +92,16 @@ add_test(NAME example.sweep_chance_warning
   COMMAND kvphase-sweep --preset nsa --task needle --context 2048 --dim 16 --modulus 16 --trials 20 --threads 2 -q)
 set_tests_properties(example.sweep_chance_warning PROPERTIES LABELS "example;sim"
   PASS_REGULAR_EXPRESSION "warning: compressed recall is near chance at every phase .*params random")
+# sim: an untrained V4 indexer (--indexer-align 0) keeps a random pick of the entries: recall near
+# that level at every phase prints a warning naming the indexer.
+add_test(NAME example.sweep_indexer_warning
+  COMMAND kvphase-sweep --preset v4-csa --rope none --task kv-pairs --context 4096 --pairs 500 --dim 16 --model csa
+          --topk 64 --indexer-dim 16 --indexer-heads 4 --indexer-align 0 --params planted-early --trials 40 --threads 2 -q)
+set_tests_properties(example.sweep_indexer_warning PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "warning: compressed recall is near chance at every phase .*indexer align 0")
+add_test(NAME example.sweep_indexer_needs_csa COMMAND kvphase-sweep --indexer-dim 8)
+set_tests_properties(example.sweep_indexer_needs_csa PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "indexer-dim = 8: applies only to --model csa")
 # sim: a bad flag value exits 2 with a message naming it.
 add_test(NAME example.sweep_bad_value COMMAND kvphase-sweep --stride 0)
 set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WILL_FAIL TRUE)

@@ -8,6 +8,7 @@
 #include <kvphase/compress/presets.hpp>
 #include <kvphase/sim/general_model.hpp>
 #include <kvphase/sim/noise_scores.hpp>
+#include <kvphase/sim/report.hpp>
 #include <kvphase/sim/sweep.hpp>
 #include <kvphase/stats/periodicity.hpp>
 #include <kvphase/stats/uniformity.hpp>
@@ -336,6 +337,216 @@ double check_layer(const sim::general_model& gm, const layer_ref& L, const kvpha
 }
 
 }  // namespace
+
+TEST_CASE("general path: V4's indexer: its own compressor over projected rows, projected index queries, the top-k of a double reference", "[sim][general][indexer]") {
+  // Stage by stage: the projected token rows X·P_K (float against double, the dot bound), the
+  // index keys (the index compressor on those rows, bitwise), the index queries P_h·q rotated at
+  // N (double reference), and the list: the double scores Σ_h ReLU(q_h·k_e/√dI)/H of the float
+  // index queries and keys put every kept entry at or above the k-th score and every other at or
+  // below it, up to the float scoring's error bound.
+  const index_t d = 16, dv = 3, win = 3, dI = 8, H = 3, K = 5;
+  auto csa = compress::v4_csa();
+  csa.rope.rope_dim = 8;
+  const std::vector<compress::operator_spec> ops{csa, kvphase::test::without_rope(compress::v4_csa()),
+                                                 {.grid = {.window = 4, .stride = 4}, .pool = compress::pool_kind::mean}};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  const double u = std::numeric_limits<float>::epsilon() / 2;
+  for (const auto& op : ops) {
+    for (double align : {1.0, 0.6, 0.0}) {
+      for (auto pk : {compress::params_kind::random, compress::params_kind::planted_early}) {
+        INFO(op << " align " << align << " params " << compress::to_string(pk));
+        const sim::model_config m{.kind = sim::model_kind::csa, .top_k = K, .indexer = {.dim = dI, .heads = H, .align = align},
+                                  .params = pk};
+        const sim::general_model gm(op, d, dv, win, m, 13);
+        const index_t D = gm.width();
+        const auto& PK = gm.indexer_key_projection();
+        const auto& PQ = gm.indexer_query_projection();
+        REQUIRE(PK.rows() == D);
+        REQUIRE(PK.cols() == dI);
+        REQUIRE(PQ.rows() == D);
+        REQUIRE(PQ.cols() == H * dI);
+        if (align == 1.0)
+          for (index_t a = 0; a < H; ++a) CHECK(PQ.middleCols(a * dI, dI) == PK);
+        const bool rope = op.rope.anchor != compress::rope_anchor::none;
+        const compress::rope_frequencies f = rope ? compress::rope_frequencies(op.rope, dI) : compress::rope_frequencies{};
+        sim::general_workspace ws;
+        for (index_t N : {300, 173}) {
+          auto st = sim::seed_normal_state(7, static_cast<std::uint64_t>(N));
+          gm.begin(ws, st, N);
+          for (index_t t = 0; t < N; t += 5)
+            for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
+          std::vector<float> q(static_cast<std::size_t>(d));
+          for (auto& v : q) v = nd(rng);
+          const kvphase::matrix_t<float> X0 = ws.X;
+          gm.run(ws, N, q.data(), 0.25);
+          // 1. the projected token rows
+          REQUIRE(ws.xi.rows() == N);
+          for (index_t t = 0; t < N; ++t)
+            for (index_t c = 0; c < dI; ++c) {
+              double ref = 0, sa = 0;
+              for (index_t j = 0; j < D; ++j) {
+                ref += static_cast<double>(X0(t, j)) * PK(j, c);
+                sa += std::abs(static_cast<double>(X0(t, j)) * PK(j, c));
+              }
+              CHECK(std::abs(ws.xi(t, c) - ref) <= kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(D), sa));
+            }
+          // 2. the index keys
+          const auto KI = compress::compress<float>(gm.indexer_spec(), gm.indexer_params(0), ws.xi, 0, {.threads = 1});
+          REQUIRE(ws.ki.size() == 1);
+          CHECK(ws.ki[0] == KI);
+          // 3. the index queries
+          std::vector<double> qrow(static_cast<std::size_t>(D), 0.0);
+          for (index_t j = 0; j < d; ++j) qrow[static_cast<std::size_t>(D - d + j)] = q[static_cast<std::size_t>(j)];
+          REQUIRE(ws.qi.rows() == 1);
+          for (index_t a = 0; a < H; ++a) {
+            std::vector<double> ref(static_cast<std::size_t>(dI)), err(static_cast<std::size_t>(dI));
+            for (index_t c = 0; c < dI; ++c) {
+              double v = 0, sa = 0;
+              for (index_t j = 0; j < D; ++j) {
+                v += qrow[static_cast<std::size_t>(j)] * PQ(j, a * dI + c);
+                sa += std::abs(qrow[static_cast<std::size_t>(j)] * PQ(j, a * dI + c));
+              }
+              ref[static_cast<std::size_t>(c)] = v;
+              err[static_cast<std::size_t>(c)] = kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(D), sa);
+            }
+            std::vector<double> bound = err;
+            if (rope) {  // the rotated pair: both inputs' errors, and a few roundings of the rotation
+              const index_t R = f.rotated;
+              for (index_t k = 0; k < R / 2; ++k) {
+                const auto c0 = static_cast<std::size_t>(dI - R + 2 * k);
+                const double ang = static_cast<double>(N) * f.inv_freq[static_cast<std::size_t>(k)];
+                const double x0 = ref[c0], x1 = ref[c0 + 1];
+                ref[c0] = x0 * std::cos(ang) - x1 * std::sin(ang);
+                ref[c0 + 1] = x0 * std::sin(ang) + x1 * std::cos(ang);
+                const double b = err[c0] + err[c0 + 1] + kvphase::test::rel_bound<float>(4) * (std::abs(x0) + std::abs(x1));
+                bound[c0] = bound[c0 + 1] = b;
+              }
+            }
+            for (index_t c = 0; c < dI; ++c)
+              CHECK(std::abs(ws.qi(0, a * dI + c) - ref[static_cast<std::size_t>(c)]) <= bound[static_cast<std::size_t>(c)]);
+          }
+          // 4. the list
+          const auto grid = gm.spec().head_grid(0);
+          const index_t nv = std::min(grid.num_visible(N - 1), KI.rows());
+          const double scale = 1.0 / std::sqrt(static_cast<double>(dI));
+          std::vector<double> s(static_cast<std::size_t>(nv), 0.0);
+          double delta = 0;
+          for (index_t e = 0; e < nv; ++e) {
+            double de = 0, sw = 0;
+            for (index_t a = 0; a < H; ++a) {
+              double v = 0, sa = 0;
+              for (index_t c = 0; c < dI; ++c) {
+                v += static_cast<double>(ws.qi(0, a * dI + c)) * KI(e, c);
+                sa += std::abs(static_cast<double>(ws.qi(0, a * dI + c)) * KI(e, c));
+              }
+              v *= scale;
+              s[static_cast<std::size_t>(e)] += std::max(v, 0.0) / H;
+              de += (scale * kvphase::test::dot_error_bound<float>(static_cast<std::size_t>(dI), sa) + u * std::abs(v)) / H;
+              sw += std::abs(v) / H;
+            }
+            // the weights 1/H (rounded) and the H products and sums of the float score
+            delta = std::max(delta, de + kvphase::test::rel_bound<float>(2.0 * H + 2) * sw);
+          }
+          std::vector<double> sorted = s;
+          std::sort(sorted.begin(), sorted.end(), std::greater<>());
+          const index_t k = std::min(K, nv);
+          const double tau = sorted[static_cast<std::size_t>(k - 1)];
+          const auto& kept = ws.items[0].entries;
+          CHECK(static_cast<index_t>(kept.size()) == k);
+          for (index_t e = 0; e < nv; ++e) {
+            const bool in = std::find(kept.begin(), kept.end(), e) != kept.end();
+            if (in) CHECK(s[static_cast<std::size_t>(e)] >= tau - 2 * delta);
+            else CHECK(s[static_cast<std::size_t>(e)] <= tau + 2 * delta);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("general path: V4's indexer's projections: N(0, 1/dI) entries, each head correlated rho with the key projection", "[sim][general][indexer]") {
+  // P_h = ρ·P_K + √(1 − ρ²)·R_h: entries of variance 1/dI, corr(P_K, P_h) = ρ, corr(P_h, P_h') = ρ²;
+  // 5-SE bounds (SE of a correlation r: (1 − r²)/√(n − 1); of a mean square of N(0, σ²): σ²·√(2/n)).
+  const index_t dI = 64, H = 2;
+  const double rho = 0.6;
+  const sim::general_model gm(kvphase::test::without_rope(compress::v4_csa()), 256, 4, 0,
+                              {.kind = sim::model_kind::csa, .top_k = 16, .indexer = {.dim = dI, .heads = H, .align = rho},
+                               .params = compress::params_kind::identity},
+                              21);
+  const auto& PK = gm.indexer_key_projection();
+  const auto& PQ = gm.indexer_query_projection();
+  const auto n = static_cast<double>(PK.size());
+  auto corr = [&](auto&& a, auto&& b) {
+    double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+    for (index_t r = 0; r < a.rows(); ++r)
+      for (index_t c = 0; c < a.cols(); ++c) {
+        const double x = a(r, c), y = b(r, c);
+        sa += x, sb += y, sab += x * y, saa += x * x, sbb += y * y;
+      }
+    const double ca = saa - sa * sa / n, cb = sbb - sb * sb / n;
+    return (sab - sa * sb / n) / std::sqrt(ca * cb);
+  };
+  auto mean_square = [&](auto&& a) { return a.template cast<double>().squaredNorm() / n; };
+  const double var = 1.0 / dI, se_var = var * std::sqrt(2.0 / n);
+  CHECK(std::abs(mean_square(PK) - var) <= 5 * se_var);
+  for (index_t a = 0; a < H; ++a) {
+    const auto P = PQ.middleCols(a * dI, dI);
+    CHECK(std::abs(mean_square(P) - var) <= 5 * se_var);
+    CHECK(std::abs(corr(PK, P) - rho) <= 5 * (1 - rho * rho) / std::sqrt(n - 1));
+  }
+  const double r01 = corr(PQ.middleCols(0, dI), PQ.middleCols(dI, dI));
+  CHECK(std::abs(r01 - rho * rho) <= 5 * (1 - rho * rho * rho * rho) / std::sqrt(n - 1));
+  // the mistakes a config can make, each named
+  using Catch::Contains;
+  CHECK_THROWS_WITH((sim::model_config{.indexer = {.dim = 8}}).validate(),
+                    Contains("model.indexer.dim = 8") && Contains("only to model csa"));
+  CHECK_THROWS_WITH((sim::model_config{.kind = sim::model_kind::csa, .indexer = {.heads = 2}}).validate(),
+                    Contains("model.indexer.dim = 0") && Contains("dim > 0"));
+  CHECK_THROWS_WITH((sim::model_config{.kind = sim::model_kind::csa, .indexer = {.dim = 8, .align = 1.5}}).validate(),
+                    Contains("model.indexer.align = 1.5"));
+  CHECK_THROWS_WITH((sim::model_config{.kind = sim::model_kind::csa, .indexer = {.dim = 8},
+                                       .params = compress::params_kind::file, .params_file = "w.safetensors"})
+                        .validate(),
+                    Contains("model.indexer.dim = 8") && Contains("params file"));
+  auto csa = compress::v4_csa();
+  csa.rope.rope_dim = 8;
+  CHECK_THROWS_WITH(sim::general_model(csa, 16, 3, 3, {.kind = sim::model_kind::csa, .indexer = {.dim = 6}}, 0),
+                    Contains("model.indexer.dim = 6") && Contains("rope_dim 8"));
+}
+
+TEST_CASE("recall warning: near chance, or near a random pick of the indexer's top-k, with full attention retrieving", "[sim][general][indexer]") {
+  // kv-pairs at N = 8192 with 64 codes, S = 4 (2047 entries): a csa top_k of 128 keeps 6.25 % of
+  // the entries, so a random pick's level 2 · 6.25 % sits above chance's max(2/64, 0.05).
+  auto c = kvphase::test::small_general_sweep("kv-pairs", compress::v4_csa());
+  c.model = {.kind = sim::model_kind::csa, .top_k = 128, .indexer = {.dim = 64, .heads = 4, .align = 0.0},
+             .params = compress::params_kind::planted_early};
+  auto* kv = c.task.get_if<kvphase::tasks::kv_pairs_config>();
+  REQUIRE(kv);
+  kv->context = 8192;
+  kv->codes = 64;
+  const index_t M = c.groups();
+  const double pick = 128.0 / static_cast<double>(c.op.grid.num_entries(8192));
+  REQUIRE(pick < 0.25);
+  auto result = [&](double best) {
+    sim::sweep_result r;
+    r.config = c;
+    r.compressed.assign(static_cast<std::size_t>(M), {.trials = 1000, .hits = 10});
+    r.compressed[0].hits = static_cast<std::int64_t>(std::lround(best * 1000));
+    r.full.assign(static_cast<std::size_t>(M), {.trials = 1000, .hits = 700});
+    return r;
+  };
+  using Catch::Contains;
+  CHECK_THAT(sim::recall_warning(result(1.5 * pick)), Contains("near chance") && Contains("indexer align 0"));
+  CHECK(sim::recall_warning(result(2.5 * pick)).empty());   // above the random-pick level
+  c.model.indexer.align = 0.9;                               // an aligned indexer: its top-k is named
+  CHECK_THAT(sim::recall_warning(result(1.5 * pick)), Contains("top_k (128)"));
+  c.model.top_k = 1024;                                      // a half of the entries: no pick level
+  CHECK(sim::recall_warning(result(0.1)).empty());
+  auto r = result(0.01);
+  r.full.assign(static_cast<std::size_t>(M), {.trials = 1000, .hits = 300});  // full attention fails too
+  CHECK(sim::recall_warning(r).empty());
+}
 
 TEST_CASE("general path: a layer schedule's layers equal a double reference, the stack composes", "[sim][general][layers]") {
   const index_t d = 16, dv = 3, win = 5, N = 97;
@@ -699,7 +910,11 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
                                 .params = compress::params_kind::identity}},
       {"heads", heads, {.params = compress::params_kind::planted_late}},
       {"stack", csa, {.kind = sim::model_kind::csa, .top_k = 16, .sink = true, .params = compress::params_kind::planted_early,
-                      .layers = "window,v4_hca,op"}}};
+                      .layers = "window,v4_hca,op"}},
+      {"indexer", csa, {.kind = sim::model_kind::csa, .top_k = 16, .indexer = {.dim = 8, .heads = 3, .align = 0.7},
+                        .sink = true, .params = compress::params_kind::planted_early}},
+      {"indexer-stack", csa, {.kind = sim::model_kind::csa, .top_k = 8, .indexer = {.dim = 8, .heads = 2, .align = 0.9},
+                              .params = compress::params_kind::planted_early, .layers = "op,op"}}};
   for (const auto& v : vs) {
     for (auto t : {"needle", "kv-pairs"}) {
       auto c = kvphase::test::small_general_sweep(t, v.op);
@@ -713,6 +928,13 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       auto other = c;
       other.model.sink = !other.model.sink;
       CHECK(other.stream_key() != c.stream_key());
+      // the indexer is keyed when it is used, and absent from the key when it is not
+      CHECK((c.stream_key().find("indexer") != std::string::npos) == (c.model.indexer.dim > 0));
+      if (c.model.indexer.dim > 0) {
+        auto al = c;
+        al.model.indexer.align = 0.5;
+        CHECK(al.stream_key() != c.stream_key());
+      }
       CHECK(c.stream_key().starts_with("kvphase.sweep_config/3|"));
     }
   }

@@ -29,6 +29,12 @@ CASES = [
       "--query-noise", "0.5", "--trials", "200", "--theory", "--shard", "1/3"],
      dict(preset="mean", stride=4, modulus=8, raw_window=16, context=1024, query_noise=0.5, trials=200,
           theory=True, shard="1/3")),
+    # the CSA model with V4's own indexer: the model as a dict, the same fields the flags set
+    (["--preset", "v4-csa", "--rope", "none", "--task", "kv-pairs", "--context", "512", "--pairs", "60",
+      "--dim", "16", "--trials", "24", "--model", "csa", "--topk", "8", "--params", "planted-early",
+      "--indexer-dim", "8", "--indexer-heads", "2", "--indexer-align", "0.5"],
+     dict(preset="v4-csa", rope="none", task="kv-pairs", context=512, pairs=60, dim=16, trials=24,
+          model=dict(kind="csa", top_k=8, params="planted-early", indexer=dict(dim=8, heads=2, align=0.5)))),
 ]
 
 

@@ -20,8 +20,9 @@
 ///  4. Attention (attention::compressed_attention, one query at position N − 1's visibility:
 ///     every complete entry, the last `window` raw tokens): the model_config kind — compressed
 ///     (joint softmax over entries + window), csa (attention::csa_select keeps the indexer top-k
-///     of the entries: one index head whose keys are the compressed entries and whose query is the
-///     query), nsa (attention::nsa_select picks raw blocks from the compressed branch's
+///     of the entries: by default one index head whose keys are the compressed entries and whose
+///     query is the query; with model.indexer.dim > 0 V4's indexer, its own compressor over
+///     projected rows and projected index queries: index_keys, csa_lists, model_config.hpp), nsa (attention::nsa_select picks raw blocks from the compressed branch's
 ///     probabilities; three softmaxes mixed by constant gates); a sink of logit 0 when
 ///     model.sink. The logit scale is the task's β. Several compression heads: one attention per
 ///     head, outputs averaged.
@@ -129,6 +130,8 @@ struct general_workspace {
   matrix_t<float> of;             ///< 1 × dv output of the full control
   std::vector<head_items> items;  ///< per head
   std::vector<float> probs;       ///< nsa: compressed-branch probabilities
+  std::vector<matrix_t<float>> ki;  ///< csa with V4's indexer: per head, the compressed index keys
+  matrix_t<float> xi, qi, wi;     ///< its projected token rows, index queries and head weights
   bool full_scored = false;
   std::vector<float> full_score;  ///< lazily: the full control's token scores
   // layer schedule (stacked models only)
@@ -171,6 +174,7 @@ class general_model {
             std::to_string(spec_.heads) + " heads)");
     rope_ = spec_.rope.anchor != compress::rope_anchor::none;
     if (rope_) freq_ = compress::rope_frequencies(spec_.rope, width_);
+    if (m_.indexer.dim > 0) plan_indexer(params_seed);
     geo_ = linear_model::full();
     plan_layers(params_seed, origin_shift);
   }
@@ -180,6 +184,13 @@ class general_model {
   [[nodiscard]] const compress::pool_params<float>& params(index_t h = 0) const { return pk_.at(static_cast<std::size_t>(h)); }
   /// The value compressor's parameters of head h (separate_kv only).
   [[nodiscard]] const compress::pool_params<float>& value_params(index_t h = 0) const { return pv_.at(static_cast<std::size_t>(h)); }
+  /// V4's indexer (model.indexer.dim > 0): the index compressor's parameters of head h, the key
+  /// projection (width() × dI, P_Kᵀ) and the query projections (width() × H·dI, head h's P_hᵀ in
+  /// columns h·dI …).
+  [[nodiscard]] const compress::pool_params<float>& indexer_params(index_t h = 0) const { return pi_.at(static_cast<std::size_t>(h)); }
+  [[nodiscard]] const matrix_t<float>& indexer_key_projection() const noexcept { return ipk_; }
+  [[nodiscard]] const matrix_t<float>& indexer_query_projection() const noexcept { return ipq_; }
+  [[nodiscard]] const compress::operator_spec& indexer_spec() const noexcept { return ispec_; }
   [[nodiscard]] index_t width() const noexcept { return width_; }
   [[nodiscard]] index_t value_dim() const noexcept { return dv_; }
   [[nodiscard]] bool shared_kv() const noexcept { return shared_; }
@@ -256,6 +267,7 @@ class general_model {
     const index_t H = spec_.heads;
     ws.full_scored = false;
     require(ws.q.rows() == 1 && ws.q.cols() == width_, "q.cols()", ws.q.cols(), "must equal the token width");
+    const matrix_t<float> q0 = m_.indexer.dim > 0 ? ws.q : matrix_t<float>();  // the indexer projects it unrotated
     if (rope_) compress::apply_rope(ws.q.data(), static_cast<double>(N), freq_);
     const index_t vw = shared_ ? width_ : dvp_;  // value width of the attention calls
     ws.kc.resize(static_cast<std::size_t>(H));
@@ -278,6 +290,7 @@ class general_model {
       if (Kc.rows() != E || Kc.cols() != width_) Kc.resize(E, width_);
       compress::compress_into<float>(spec_, pk_[hs], matrix_view<float>(ws.X.data(), N, width_),
                                      matrix_mut_view<float>(Kc.data(), E, width_), h, copt, &ws.comp);
+      if (m_.kind == model_kind::csa) index_keys(ws, ws.X.data(), N, h);
       if (!shared_) {
         auto& vc = ws.vc[hs];
         if (vc.rows() != E || vc.cols() != dvp_) vc.resize(E, dvp_);
@@ -309,9 +322,7 @@ class general_model {
       it.entries.clear();
       it.raw.clear();
       if (m_.kind == model_kind::csa) {
-        const matrix_t<float> w = matrix_t<float>::Ones(1, 1);
-        lists = attention::csa_select<float>(ws.q, w, Kc, grid, pos,
-                                             attention::indexer_params{.heads = 1, .top_k = m_.top_k});
+        lists = csa_lists(ws, ws.q, q0, pos, grid, Kc, h);
         sel.entries = &lists;
         for (index_t e : lists.of(0)) it.entries.push_back(e);
       } else {
@@ -517,9 +528,8 @@ class general_model {
         attention::index_lists lists;
         attention::compressed_selection<float> sel;
         if (kind == model_kind::csa && E > 0) {
-          const matrix_t<float> w = matrix_t<float>::Ones(N, 1);
-          lists = attention::csa_select<float>(Q, w, ws.lkc, grid, pos,
-                                               attention::indexer_params{.heads = 1, .top_k = m_.top_k});
+          index_keys(ws, S.data(), N, h);
+          lists = csa_lists(ws, Q, S.middleRows(1, N), pos, grid, ws.lkc, h);
           sel.entries = &lists;
         } else if (kind == model_kind::nsa) {  // blocks per query from its compressed-branch probabilities
           const attention::block_select_params bp{.block = m_.select_block, .top_n = m_.select_blocks};
@@ -592,7 +602,79 @@ class general_model {
     }
   }
 
+  /// csa with V4's indexer: the compressed index keys of head h (ws.ki[h]) from the N unrotated
+  /// token rows X (width() floats each): X·P_Kᵀ through the index compressor. Nothing without it.
+  void index_keys(general_workspace& ws, const float* X, index_t N, index_t h) const {
+    if (m_.indexer.dim == 0) return;
+    const index_t dI = m_.indexer.dim, E = ispec_.head_grid(h).num_entries(N);
+    ws.ki.resize(static_cast<std::size_t>(spec_.heads));
+    auto& KI = ws.ki[static_cast<std::size_t>(h)];
+    KI.resize(std::max<index_t>(E, 0), dI);
+    if (E <= 0) return;
+    ws.xi.resize(N, dI);
+    compress::detail::project_rows<float, simd::default_arch>(X, width_, N, width_, ipk_, ws.xi.data(), 1);
+    compress::compress_into<float>(ispec_, pi_[static_cast<std::size_t>(h)], matrix_view<float>(ws.xi.data(), N, dI),
+                                   matrix_mut_view<float>(KI.data(), E, dI), h,
+                                   compress::compress_options{.threads = 1, .stores = compress::store_mode::normal}, &ws.comp);
+  }
+  /// The csa selection of head h (grid) for the queries Q (rotated at their positions, pos + 1)
+  /// with visibility pos: without V4's indexer the query scores the compressed entries Kc (one
+  /// index head); with it, the index queries of the unrotated query rows Qu score the index keys
+  /// ws.ki[h] (index_keys first): model_config.hpp.
+  [[nodiscard]] attention::index_lists csa_lists(general_workspace& ws, const attention::cref<float>& Q,
+                                                 const attention::cref<float>& Qu, std::span<const index_t> pos,
+                                                 const compress::chunk_grid& grid, const matrix_t<float>& Kc,
+                                                 index_t h) const {
+    const index_t M = Q.rows();
+    if (m_.indexer.dim == 0) {
+      const matrix_t<float> w = matrix_t<float>::Ones(M, 1);
+      return attention::csa_select<float>(Q, w, Kc, grid, pos, attention::indexer_params{.heads = 1, .top_k = m_.top_k});
+    }
+    const index_t dI = m_.indexer.dim, H = m_.indexer.heads;
+    ws.qi.resize(M, H * dI);
+    compress::detail::project_rows<float, simd::default_arch>(Qu.data(), Qu.outerStride(), M, width_, ipq_, ws.qi.data(), 1);
+    if (rope_)
+      for (index_t i = 0; i < M; ++i)
+        for (index_t a = 0; a < H; ++a)
+          compress::apply_rope(ws.qi.row(i).data() + a * dI, static_cast<double>(pos[static_cast<std::size_t>(i)] + 1), ifreq_);
+    ws.wi.setConstant(M, H, 1.0f / static_cast<float>(H));
+    return attention::csa_select<float>(ws.qi, ws.wi, ws.ki[static_cast<std::size_t>(h)], grid, pos,
+                                        attention::indexer_params{.heads = H, .top_k = m_.top_k});
+  }
+
  private:
+  /// V4's indexer (model.indexer.dim > 0; model_config.hpp): the index compressor's spec and
+  /// parameters (the operator's kind and grid at width dI), the key projection and the heads'
+  /// query projections, drawn once from params_seed.
+  void plan_indexer(std::uint64_t params_seed) {
+    const index_t dI = m_.indexer.dim, H = m_.indexer.heads;
+    ispec_ = spec_;
+    if (rope_) {
+      const index_t R = spec_.rope.rope_dim == 0 ? dI : spec_.rope.rope_dim;
+      require(dI % 2 == 0 && R <= dI, "model.indexer.dim", dI,
+              "must be even and at least the operator's rotated channels (rope_dim " + std::to_string(R) + ")");
+      ifreq_ = compress::rope_frequencies(spec_.rope, dI);
+    }
+    const std::uint64_t seed = rng::combine(params_seed, 0x1D3E0000ULL);
+    for (index_t h = 0; h < spec_.heads; ++h) {
+      pi_.push_back(make_for(ispec_, dI, h, seed));
+      require(pi_.back().output_dim(ispec_, dI) == dI, "model.indexer.dim", dI,
+              "the index compressor must keep the index width dI");
+    }
+    const double sd = 1.0 / std::sqrt(static_cast<double>(dI));
+    ipk_.resize(width_, dI);
+    compress::detail::fill_normal<float>(ipk_, seed, "indexer.key_projection", 0, sd);
+    matrix_t<float> R(width_, H * dI);
+    compress::detail::fill_normal<float>(R, seed, "indexer.query_projection", 0, sd);
+    const double rho = m_.indexer.align, rest = std::sqrt(std::max(0.0, 1.0 - rho * rho));
+    ipq_.resize(width_, H * dI);
+    for (index_t r = 0; r < width_; ++r)
+      for (index_t a = 0; a < H; ++a)
+        for (index_t c = 0; c < dI; ++c)
+          ipq_(r, a * dI + c) = static_cast<float>(rho * static_cast<double>(ipk_(r, c)) +
+                                                   rest * static_cast<double>(R(r, a * dI + c)));
+  }
+
   compress::pool_params<float> make(index_t width, index_t head, std::uint64_t seed) const {
     return make_for(spec_, width, head, seed);
   }
@@ -612,6 +694,10 @@ class general_model {
   bool shared_ = true, rope_ = false;
   compress::rope_frequencies freq_{};
   std::vector<compress::pool_params<float>> pk_, pv_;
+  compress::operator_spec ispec_{};             ///< V4's indexer: the index compressor's spec
+  std::vector<compress::pool_params<float>> pi_;  ///< its parameters per head
+  matrix_t<float> ipk_, ipq_;                   ///< P_Kᵀ (width × dI), the heads' P_hᵀ (width × H·dI)
+  compress::rope_frequencies ifreq_{};          ///< RoPE of the index width
   std::vector<layer_plan> plan_;  ///< layers up to the read layer (the last one is op)
   linear_model geo_{};
   mutable std::vector<double> table_;  ///< RoPE cos/sin per (position, pair): one model per thread

@@ -8,11 +8,23 @@
 ///  | compressed | every visible compressed entry + the raw window (+ sink): the default; with a   |
 ///  |            | V4-HCA operator this is V4's HCA layer                                          |
 ///  | csa        | the Lightning-indexer top-k of the visible entries + the raw window + sink:     |
-///  |            | V4's CSA layer (the indexer scores the entries with the query, one index head)  |
+///  |            | V4's CSA layer. Indexer: indexer.dim = 0 scores the compressed entries with the |
+///  |            | query itself (one index head); indexer.dim = dI > 0 is V4's own indexer (below) |
 ///  | nsa        | compressed entries, the raw tokens of the top select_blocks blocks (of          |
 ///  |            | select_block tokens, chosen from the compressed branch's probabilities, the     |
 ///  |            | initial and two local blocks always in), and the raw window: three softmaxes    |
 ///  |            | mixed by the gates gate_cmp, gate_slc, gate_win (per head: head_gates)          |
+/// V4's indexer (csa, indexer.dim = dI > 0): the index keys are their own compressor (the
+/// operator's kind and grid at width dI, parameters of the `params` kind drawn for dI, RoPE at
+/// the anchor as the operator's) over the projected token rows P_K·x_t; H = indexer.heads index
+/// queries q_h = P_h·q (rotated at the query position); entry e scores
+/// Σ_h ReLU(q_h·k_e / √dI) / H and the top_k are kept. P_K has entries N(0, 1/dI), so
+/// (P_K a)·(P_K b) is a·b on average (a random projection to dI channels); P_h = ρ·P_K +
+/// √(1 − ρ²)·R_h with R_h independent and ρ = indexer.align: ρ = 1 is an indexer whose heads
+/// all agree with the keys' projection (its only error is the projection to dI channels), ρ = 0
+/// an untrained one (its scores carry no information about q·k). They stand in for the trained
+/// projections of a real model.
+///
 /// Several compression heads (the operator's heads and head_offsets) each run the model on their
 /// own grid; their outputs are averaged and a needle trial is a hit when any head's best item
 /// holds the target (theory/heads.hpp).
@@ -66,9 +78,33 @@ inline void parse(std::string_view s, model_kind& out) {
   else fail("model.kind", std::string(s), "must be compressed, csa or nsa");
 }
 
+/// V4's Lightning indexer of a csa model (file comment): dim = dI (0: the query itself scores the
+/// compressed entries, one head), heads = H, align = ρ.
+struct indexer_config {
+  index_t dim = 0;
+  index_t heads = 1;
+  double align = 1.0;
+  void validate() const {
+    require(dim >= 0 && dim <= limits::max_dim, "model.indexer.dim", dim,
+            "must be in [0, 65536] (0: the query scores the compressed entries)");
+    require(heads >= 1 && heads <= 256, "model.indexer.heads", heads, "must be in [1, 256]");
+    require(std::isfinite(align) && align >= 0 && align <= 1, "model.indexer.align", align, "must be in [0, 1]");
+    require(dim > 0 || (heads == 1 && align == 1.0), "model.indexer.dim", dim,
+            "is 0: indexer heads and align apply only to a projected indexer (dim > 0)");
+  }
+  template <class V>
+  void visit_fields(V&& v) {
+    v("dim", dim);
+    v("heads", heads);
+    v("align", align);
+  }
+  friend bool operator==(const indexer_config& a, const indexer_config& b) { return fields::equal(a, b); }
+};
+
 struct model_config {
   model_kind kind = model_kind::compressed;
   index_t top_k = 512;          ///< csa: entries the indexer keeps
+  indexer_config indexer{};     ///< csa: the indexer (default: the query scores the entries)
   index_t select_blocks = 16;   ///< nsa: selected blocks (initial and two local included)
   index_t select_block = 64;    ///< nsa: tokens per selection block
   double gate_cmp = 1.0 / 3, gate_slc = 1.0 / 3, gate_win = 1.0 / 3;  ///< nsa: branch gates
@@ -113,6 +149,12 @@ struct model_config {
 
   void validate() const {
     require(top_k >= 1 && top_k <= limits::max_tokens, "model.top_k", top_k, "must be in [1, 2^30]");
+    indexer.validate();
+    require(indexer.dim == 0 || kind == model_kind::csa, "model.indexer.dim", indexer.dim,
+            "applies only to model csa (the Lightning indexer)");
+    require(indexer.dim == 0 || params != compress::params_kind::file, "model.indexer.dim", indexer.dim,
+            "with params file: the file holds the operator's compressor at the token width; the indexer's compressor "
+            "draws random, identity or planted parameters");
     require(select_block >= 1 && select_block <= limits::max_tokens, "model.select_block", select_block,
             "must be in [1, 2^30]");
     require(select_blocks >= 3 && select_blocks <= limits::max_tokens, "model.select_blocks", select_blocks,
@@ -154,6 +196,7 @@ struct model_config {
   void visit_fields(V&& v) {
     v("kind", kind);
     v("top_k", top_k);
+    v("indexer", indexer, fields::omit_default);
     v("select_blocks", select_blocks);
     v("select_block", select_block);
     v("gate_cmp", gate_cmp);

@@ -84,6 +84,11 @@ struct output_options {
     cols.emplace_back("heads", num(c.op.heads));
     cols.emplace_back("params", compress::to_string(c.model.params));
     if (c.model.kind == model_kind::csa) cols.emplace_back("top_k", num(c.model.top_k));
+    if (c.model.indexer.dim > 0) {  // V4's indexer: width, heads and alignment
+      cols.emplace_back("indexer_dim", num(c.model.indexer.dim));
+      cols.emplace_back("indexer_heads", num(c.model.indexer.heads));
+      cols.emplace_back("indexer_align", num(c.model.indexer.align));
+    }
     if (c.model.kind == model_kind::nsa) {
       cols.emplace_back("select_blocks", num(c.model.select_blocks));
       // the branch gates (cmp slc win), per head when head_gates are given (head after head)
@@ -102,7 +107,10 @@ struct output_options {
 }
 
 /// A warning when the compressed model's recall is near chance at every phase while full
-/// attention on the same inputs retrieves (empty otherwise), naming the likely cause.
+/// attention on the same inputs retrieves (empty otherwise), naming the likely cause. "Near
+/// chance": every phase at most max(2·chance, 0.05), and for a csa model whose top_k keeps under a
+/// quarter of the entries, also at most twice the share top_k / entries that a random pick of the
+/// entries would keep (the level of an indexer whose scores carry no information).
 [[nodiscard]] inline std::string recall_warning(const sweep_result& r) {
   const sweep_config& c = r.config;
   if (r.compressed.empty()) return {};
@@ -116,12 +124,25 @@ struct output_options {
   double chance = 0.02;
   if (const auto* kv = c.task.get_if<tasks::kv_pairs_config>()) chance = 1.0 / static_cast<double>(kv->codes);
   const double full = fn > 0 ? fh / fn : 0.0;
-  if (best > std::max(2 * chance, 0.05) || full < 0.5) return {};
+  double level = std::max(2 * chance, 0.05);
+  if (c.model.kind == model_kind::csa) {
+    index_t n_min = c.task.context_tokens(0);
+    for (index_t g = 1; g < c.groups(); ++g) n_min = std::min(n_min, c.task.context_tokens(g));
+    const double pick = static_cast<double>(c.model.top_k) / static_cast<double>(std::max<index_t>(1, c.op.grid.num_entries(n_min)));
+    if (pick < 0.25) level = std::max(level, 2 * pick);
+  }
+  if (best > level || full < 0.5) return {};
   std::string why;
   const bool learned = !c.capabilities().linear || c.op.separate_kv;
   if (c.general() && c.model.params == compress::params_kind::random && learned)
     why = "the compressor's parameters are random (params random): a random payload map, gate or MLP does not "
           "keep the query-key alignment; measure with params identity or planted-early|middle|late";
+  else if (c.model.kind == model_kind::csa && c.model.indexer.dim > 0 && c.model.indexer.align < 0.5) {
+    char a[32];
+    std::snprintf(a, sizeof a, "%g", c.model.indexer.align);
+    why = std::string("the indexer's query projections barely agree with its key projection (indexer align ") + a +
+          "): its top_k (" + std::to_string(c.model.top_k) + ") is close to a random pick of the entries";
+  }
   else if (c.model.kind == model_kind::csa)
     why = "the indexer's top_k (" + std::to_string(c.model.top_k) + ") may drop the target's entries";
   else
