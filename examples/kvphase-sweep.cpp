@@ -50,7 +50,7 @@ namespace compress = kvphase::compress;
 struct cli_options : kvphase::cli::operator_flags {
   std::string model = "compressed";
   std::optional<index_t> indexer_dim, indexer_heads;
-  std::optional<double> indexer_align;
+  std::optional<double> indexer_align, gate_std;
   std::optional<index_t> topk, select_blocks, select_block;
   std::vector<double> gates;
   std::vector<double> head_gates;
@@ -127,6 +127,9 @@ sim::sweep_config make_config(const cli_options& o) {
   kvphase::require(o.head_gates.empty() || o.gates.empty(), "head-gates", o.head_gates.size(),
                    "values given: use --gates (every head) or --head-gates (per head), not both");
   c.model.head_gates = o.head_gates;
+  kvphase::require(!o.gate_std || c.model.kind == sim::model_kind::nsa, "gate-std", o.gate_std.value_or(0),
+                   "applies only to --model nsa");
+  if (o.gate_std) c.model.gate_std = *o.gate_std;
   c.model.sink = o.sink;
   c.model.layers = o.layers;
   if (o.read_layer) c.model.read_layer = *o.read_layer;
@@ -215,6 +218,9 @@ int main(int argc, char** argv) {
   cl::add_reals(app, "--gates", o.gates, 0, 1, "NSA branch gates cmp,slc,win (default 1/3 each)");
   cl::add_reals(app, "--head-gates", o.head_gates, 0, 1,
                 "NSA branch gates per compression head: cmp,slc,win for head 0, then head 1, ... (3 x --heads values)");
+  opt_real("--gate-std", o.gate_std, 0, 100,
+           "NSA gates per query: each gate's logit moves by about this between queries, sigma(logit(g) + w.q) "
+           "(--model nsa; default 0: constant gates)");
   app.add_flag("--sink", o.sink, "a sink of logit 0 in every softmax (DeepSeek-V4)");
   app.add_option("--layers", o.layers,
                  "layer schedule, comma-separated: op (the operator and --model), window, full, or an operator preset "

@@ -102,6 +102,9 @@ set_tests_properties(example.sweep_indexer_warning PROPERTIES LABELS "example;si
 add_test(NAME example.sweep_indexer_needs_csa COMMAND kvphase-sweep --indexer-dim 8)
 set_tests_properties(example.sweep_indexer_needs_csa PROPERTIES LABELS "example;sim"
   PASS_REGULAR_EXPRESSION "indexer-dim = 8: applies only to --model csa")
+add_test(NAME example.sweep_gate_std_needs_nsa COMMAND kvphase-sweep --gate-std 1)
+set_tests_properties(example.sweep_gate_std_needs_nsa PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "gate-std = 1: applies only to --model nsa")
 # sim: a bad flag value exits 2 with a message naming it.
 add_test(NAME example.sweep_bad_value COMMAND kvphase-sweep --stride 0)
 set_tests_properties(example.sweep_bad_value PROPERTIES LABELS "example;sim" WILL_FAIL TRUE)

@@ -548,6 +548,79 @@ TEST_CASE("recall warning: near chance, or near a random pick of the indexer's t
   CHECK(sim::recall_warning(r).empty());
 }
 
+TEST_CASE("general path: NSA gates per query, sigma(logit(g) + w.q), equal the constant gates of that query", "[sim][general][heads]") {
+  // One query: its per-query gates are constants for that call, so the model with gate_std > 0
+  // gives bitwise the output of the same model with those gates as head gates. The gates are
+  // σ(logit(g) + w·q) (double reference); w ~ N(0, τ²/d) (mean square within 5 SE); a gate of 0
+  // stays 0.
+  const index_t d = 16, dv = 3, win = 24, N = 300;
+  const double tau = 1.5, beta = 0.7;
+  auto op = compress::nsa();
+  op.heads = 2;
+  op.head_offsets = {0, 8};
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(static_cast<std::size_t>(d));
+  for (auto& v : q) v = nd(rng);
+  auto run = [&](const sim::model_config& m) {
+    const sim::general_model gm(op, d, dv, win, m, 3);
+    sim::general_workspace ws;
+    auto st = sim::seed_normal_state(9, 1);
+    gm.begin(ws, st, N);
+    std::mt19937 vr(8);
+    for (index_t t = 0; t < N; t += 5)
+      for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(vr);
+    gm.run(ws, N, q.data(), beta);
+    return ws;
+  };
+  const sim::model_config pq{.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
+                             .head_gates = {0.2, 0.5, 0.3, 0.0, 0.6, 0.4}, .gate_std = tau,
+                             .params = compress::params_kind::planted_early};
+  const sim::general_model gm(op, d, dv, win, pq, 3);
+  const auto& w = gm.gate_weights();
+  REQUIRE(w.rows() == 6);
+  REQUIRE(w.cols() == gm.width());
+  kvphase::matrix_t<float> qrow = kvphase::matrix_t<float>::Zero(1, gm.width());
+  for (index_t j = 0; j < d; ++j) qrow(0, gm.width() - d + j) = q[static_cast<std::size_t>(j)];
+  const auto g = gm.query_gates(0, qrow);
+  const auto g1 = gm.query_gates(1, qrow);
+  std::vector<double> per_query;
+  for (index_t h = 0; h < 2; ++h) {
+    const auto& gh = h == 0 ? g : g1;
+    for (index_t b = 0; b < 3; ++b) {
+      const double g0 = pq.head_gates[static_cast<std::size_t>(3 * h + b)];
+      double z = 0, sa = 0;
+      for (index_t j = 0; j < gm.width(); ++j) {
+        z += static_cast<double>(w(3 * h + b, j)) * qrow(0, j);
+        sa += std::abs(static_cast<double>(w(3 * h + b, j)) * qrow(0, j));
+      }
+      const double want = g0 == 0 ? 0.0 : 1.0 / (1.0 + std::exp(-(std::log(g0 / (1 - g0)) + z)));
+      // computed in double, rounded once to float
+      CHECK(std::abs(gh[static_cast<std::size_t>(b)] - want) <= 1e-12 + std::numeric_limits<float>::epsilon() * want);
+      if (g0 > 0) CHECK(gh[static_cast<std::size_t>(b)] != static_cast<float>(g0));  // moved by w·q
+      per_query.push_back(gh[static_cast<std::size_t>(b)]);
+    }
+  }
+  CHECK(g1[0] == 0.0f);  // a gate of 0 stays 0
+  auto consts = pq;
+  consts.gate_std = 0;
+  consts.head_gates = per_query;
+  const auto a = run(pq);
+  const auto b = run(consts);
+  CHECK(a.o == b.o);
+  CHECK(a.of == b.of);
+  CHECK(a.items[0].raw == b.items[0].raw);
+  CHECK(!(a.o == run([&] { auto m = pq; m.gate_std = 0; return m; }()).o));  // the gates did move
+  // the weights' scale: mean square τ²/d (SE τ²/d·√(2/n))
+  const sim::general_model big(op, 256, 4, 0, {.kind = sim::model_kind::nsa, .gate_std = tau}, 4);
+  const double n = static_cast<double>(big.gate_weights().size());
+  const double ms = big.gate_weights().cast<double>().squaredNorm() / n, want = tau * tau / 256;
+  CHECK(std::abs(ms - want) <= 5 * want * std::sqrt(2.0 / n));
+  using Catch::Contains;
+  CHECK_THROWS_WITH((sim::model_config{.gate_std = 1}).validate(), Contains("model.gate_std = 1") && Contains("only to model nsa"));
+  CHECK_THROWS_WITH((sim::model_config{.kind = sim::model_kind::nsa, .gate_std = -1}).validate(), Contains("model.gate_std = -1"));
+}
+
 TEST_CASE("general path: a layer schedule's layers equal a double reference, the stack composes", "[sim][general][layers]") {
   const index_t d = 16, dv = 3, win = 5, N = 97;
   const double beta = 0.3;
@@ -914,7 +987,10 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       {"indexer", csa, {.kind = sim::model_kind::csa, .top_k = 16, .indexer = {.dim = 8, .heads = 3, .align = 0.7},
                         .sink = true, .params = compress::params_kind::planted_early}},
       {"indexer-stack", csa, {.kind = sim::model_kind::csa, .top_k = 8, .indexer = {.dim = 8, .heads = 2, .align = 0.9},
-                              .params = compress::params_kind::planted_early, .layers = "op,op"}}};
+                              .params = compress::params_kind::planted_early, .layers = "op,op"}},
+      {"nsa-gates-stack", compress::nsa(), {.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
+                                            .gate_std = 1.0, .params = compress::params_kind::identity,
+                                            .layers = "op,op"}}};
   for (const auto& v : vs) {
     for (auto t : {"needle", "kv-pairs"}) {
       auto c = kvphase::test::small_general_sweep(t, v.op);

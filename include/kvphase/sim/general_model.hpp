@@ -175,6 +175,11 @@ class general_model {
     rope_ = spec_.rope.anchor != compress::rope_anchor::none;
     if (rope_) freq_ = compress::rope_frequencies(spec_.rope, width_);
     if (m_.indexer.dim > 0) plan_indexer(params_seed);
+    if (m_.gate_std > 0) {  // NSA's per-query gates: w_{h,b} ~ N(0, τ²/d)
+      gate_w_.resize(3 * spec_.heads, width_);
+      compress::detail::fill_normal<float>(gate_w_, rng::combine(params_seed, 0x6A7E0000ULL), "nsa.gates", 0,
+                                           m_.gate_std / std::sqrt(static_cast<double>(d_)));
+    }
     geo_ = linear_model::full();
     plan_layers(params_seed, origin_shift);
   }
@@ -206,6 +211,27 @@ class general_model {
     const auto* g = m_.head_gates.data() + 3 * h;
     return {g[0], g[1], g[2]};
   }
+  /// NSA's per-query gates of head h (model.gate_std > 0, model_config.hpp) for the unrotated
+  /// query rows Q (width() floats each): [rows × 3] (cmp, slc, win) per row, each
+  /// σ(logit(g_b) + w_{h,b}·q) computed in double from head h's gates g (a gate of 0 or 1 stays).
+  [[nodiscard]] std::vector<float> query_gates(index_t h, const attention::cref<float>& Q) const {
+    const branch_gates g = gates(h);
+    const double gb[3] = {g.cmp, g.slc, g.win};
+    std::vector<float> out(static_cast<std::size_t>(3 * Q.rows()));
+    for (index_t i = 0; i < Q.rows(); ++i)
+      for (index_t b = 0; b < 3; ++b) {
+        double v = gb[b];
+        if (v > 0 && v < 1) {
+          double z = std::log(v / (1 - v));
+          for (index_t j = 0; j < width_; ++j) z += static_cast<double>(gate_w_(3 * h + b, j)) * static_cast<double>(Q(i, j));
+          v = 1.0 / (1.0 + std::exp(-z));
+        }
+        out[static_cast<std::size_t>(3 * i + b)] = static_cast<float>(v);
+      }
+    return out;
+  }
+  /// The per-query gates' weights: row 3h + b is w_{h,b} (width() floats; empty when gate_std = 0).
+  [[nodiscard]] const matrix_t<float>& gate_weights() const noexcept { return gate_w_; }
   /// A geometry for the readout interface (unused by general-path readouts).
   [[nodiscard]] const linear_model& geometry() const noexcept { return geo_; }
 
@@ -267,7 +293,8 @@ class general_model {
     const index_t H = spec_.heads;
     ws.full_scored = false;
     require(ws.q.rows() == 1 && ws.q.cols() == width_, "q.cols()", ws.q.cols(), "must equal the token width");
-    const matrix_t<float> q0 = m_.indexer.dim > 0 ? ws.q : matrix_t<float>();  // the indexer projects it unrotated
+    // the indexer and the per-query gates read the query unrotated
+    const matrix_t<float> q0 = m_.indexer.dim > 0 || m_.gate_std > 0 ? ws.q : matrix_t<float>();
     if (rope_) compress::apply_rope(ws.q.data(), static_cast<double>(N), freq_);
     const index_t vw = shared_ ? width_ : dvp_;  // value width of the attention calls
     ws.kc.resize(static_cast<std::size_t>(H));
@@ -318,6 +345,11 @@ class general_model {
                                       .attn = {.scale = beta, .sink = sink, .threads = 1}};
       attention::index_lists lists;
       attention::compressed_selection<float> sel;
+      std::vector<float> qg;
+      if (m_.kind == model_kind::nsa && m_.gate_std > 0) {
+        qg = query_gates(h, q0);
+        sel.gates = qg;
+      }
       const index_t nv = std::min(grid.num_visible(N - 1), E);
       it.entries.clear();
       it.raw.clear();
@@ -527,6 +559,11 @@ class general_model {
                                         .gate_slc = gates(h).slc, .gate_win = gates(h).win, .attn = ap};
         attention::index_lists lists;
         attention::compressed_selection<float> sel;
+        std::vector<float> qg;
+        if (kind == model_kind::nsa && m_.gate_std > 0) {
+          qg = query_gates(h, S.middleRows(1, N));
+          sel.gates = qg;
+        }
         if (kind == model_kind::csa && E > 0) {
           index_keys(ws, S.data(), N, h);
           lists = csa_lists(ws, Q, S.middleRows(1, N), pos, grid, ws.lkc, h);
@@ -698,6 +735,7 @@ class general_model {
   std::vector<compress::pool_params<float>> pi_;  ///< its parameters per head
   matrix_t<float> ipk_, ipq_;                   ///< P_Kᵀ (width × dI), the heads' P_hᵀ (width × H·dI)
   compress::rope_frequencies ifreq_{};          ///< RoPE of the index width
+  matrix_t<float> gate_w_;                      ///< NSA's per-query gates: row 3h + b is w_{h,b}
   std::vector<layer_plan> plan_;  ///< layers up to the read layer (the last one is op)
   linear_model geo_{};
   mutable std::vector<double> table_;  ///< RoPE cos/sin per (position, pair): one model per thread

@@ -13,7 +13,8 @@
 ///  | nsa        | compressed entries, the raw tokens of the top select_blocks blocks (of          |
 ///  |            | select_block tokens, chosen from the compressed branch's probabilities, the     |
 ///  |            | initial and two local blocks always in), and the raw window: three softmaxes    |
-///  |            | mixed by the gates gate_cmp, gate_slc, gate_win (per head: head_gates)          |
+///  |            | mixed by the gates gate_cmp, gate_slc, gate_win (per head: head_gates; per      |
+///  |            | query around them: gate_std)                                                    |
 /// V4's indexer (csa, indexer.dim = dI > 0): the index keys are their own compressor (the
 /// operator's kind and grid at width dI, parameters of the `params` kind drawn for dI, RoPE at
 /// the anchor as the operator's) over the projected token rows P_K·x_t; H = indexer.heads index
@@ -113,6 +114,11 @@ struct model_config {
   /// gate_cmp, gate_slc, gate_win. NSA's gates are per head; this lets heads weight the branches
   /// differently.
   std::vector<double> head_gates{};
+  /// nsa: per-query gates. 0 = the constant gates above; τ > 0: query q's gate of branch b in
+  /// head h is σ(logit(g_b) + w_{h,b}·q) with w_{h,b} drawn N(0, τ²/d) once per model (params
+  /// seed), so the gate's logit moves by about τ between queries, as NSA computes its gates from
+  /// each query (a gate of 0 or 1 stays).
+  double gate_std = 0.0;
   bool sink = false;            ///< a sink of logit 0 in every softmax (DeepSeek-V4)
   compress::params_kind params = compress::params_kind::random;
   double params_strength = 2.0; ///< κ of the planted slot-bias profiles
@@ -167,6 +173,8 @@ struct model_config {
     for (double g : head_gates) require(std::isfinite(g) && g >= 0 && g <= 1, "model.head_gates", g, "every gate must be in [0, 1]");
     require(head_gates.empty() || kind == model_kind::nsa, "model.head_gates", head_gates.size(),
             "values given: head gates apply only to model nsa");
+    require(std::isfinite(gate_std) && gate_std >= 0 && gate_std <= 100, "model.gate_std", gate_std, "must be in [0, 100]");
+    require(gate_std == 0 || kind == model_kind::nsa, "model.gate_std", gate_std, "applies only to model nsa");
     require(std::isfinite(params_strength) && params_strength >= 0 && params_strength <= 100, "model.params_strength",
             params_strength, "must be in [0, 100]");
     require(params == compress::params_kind::file || params_file.empty(), "model.params_file", params_file,
@@ -203,6 +211,7 @@ struct model_config {
     v("gate_slc", gate_slc);
     v("gate_win", gate_win);
     v("head_gates", head_gates, fields::omit_default);
+    v("gate_std", gate_std, fields::omit_default);
     v("sink", sink);
     v("params", params);
     v("params_strength", params_strength);

@@ -97,6 +97,7 @@ struct output_options {
       const auto& v = c.model.head_gates.empty() ? shared : c.model.head_gates;
       for (std::size_t i = 0; i < v.size(); ++i) g += (i ? " " : "") + num(v[i]);
       cols.emplace_back("gates", g);
+      if (c.model.gate_std > 0) cols.emplace_back("gate_std", num(c.model.gate_std));
     }
     if (!c.model.layers.empty()) {  // a layer schedule: the layers and the layer read
       cols.emplace_back("layers", c.model.layers);
