@@ -111,6 +111,22 @@ TEST_CASE("general path: materialised keys are the key engine's keys", "[sim][ge
   }
 }
 
+namespace {
+/// Starts a trial of gm on N tokens (noise keys from seed_normal_state(seed, N)) with values at
+/// every `every`-th token, and returns a query of gm's key width; values and query from nd(rng).
+std::vector<float> start_trial(const sim::general_model& gm, sim::general_workspace& ws, std::uint64_t seed, index_t N,
+                               index_t every, index_t d, index_t dv, std::mt19937& rng,
+                               std::normal_distribution<float>& nd) {
+  auto st = sim::seed_normal_state(seed, static_cast<std::uint64_t>(N));
+  gm.begin(ws, st, N);
+  for (index_t t = 0; t < N; t += every)
+    for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
+  std::vector<float> q(static_cast<std::size_t>(d));
+  for (auto& v : q) v = nd(rng);
+  return q;
+}
+}  // namespace
+
 TEST_CASE("general model: tokens through compress:: and attention::, output equals a double reference", "[sim][general]") {
   // The compressed rows are compress::compress of the token rows (bitwise); the output is the
   // joint softmax over every visible entry and the raw window (scale β, sink, RoPE of the query
@@ -135,12 +151,7 @@ TEST_CASE("general model: tokens through compress:: and attention::, output equa
         const sim::general_model gm(op, d, dv, win, m, 11);
         sim::general_workspace ws;
         for (index_t N : {300, 173, 300}) {  // shrinking and growing reuse the buffers
-          auto st = sim::seed_normal_state(5, static_cast<std::uint64_t>(N));
-          gm.begin(ws, st, N);
-          for (index_t t = 0; t < N; t += 7)
-            for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
-          std::vector<float> q(static_cast<std::size_t>(d));
-          for (auto& v : q) v = nd(rng);
+          const auto q = start_trial(gm, ws, 5, N, 7, d, dv, rng, nd);
           const double beta = 0.25;
           const kvphase::matrix_t<float> X0 = ws.X;  // run() rotates the raw rows in place
           gm.run(ws, N, q.data(), beta);
@@ -372,12 +383,7 @@ TEST_CASE("general path: V4's indexer: its own compressor over projected rows, p
         const compress::rope_frequencies f = rope ? compress::rope_frequencies(op.rope, dI) : compress::rope_frequencies{};
         sim::general_workspace ws;
         for (index_t N : {300, 173}) {
-          auto st = sim::seed_normal_state(7, static_cast<std::uint64_t>(N));
-          gm.begin(ws, st, N);
-          for (index_t t = 0; t < N; t += 5)
-            for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(rng);
-          std::vector<float> q(static_cast<std::size_t>(d));
-          for (auto& v : q) v = nd(rng);
+          const auto q = start_trial(gm, ws, 7, N, 5, d, dv, rng, nd);
           const kvphase::matrix_t<float> X0 = ws.X;
           gm.run(ws, N, q.data(), 0.25);
           // 1. the projected token rows
@@ -548,31 +554,51 @@ TEST_CASE("recall warning: near chance, or near a random pick of the indexer's t
   CHECK(sim::recall_warning(r).empty());
 }
 
+namespace {
+// The NSA gate tests' setting: the NSA operator with two heads on grid offsets 0 and 8, key width
+// 16, 3 value channels, a raw window of 24, N = 300 tokens with values at every 5th, a query of
+// 16 normals (seed `qseed`), logit scale 0.7; the model's parameters from seed 3.
+struct nsa_two_heads {
+  static constexpr index_t d = 16, dv = 3, win = 24, N = 300;
+  static constexpr double beta = 0.7;
+  compress::operator_spec op = [] {
+    auto o = compress::nsa();
+    o.heads = 2;
+    o.head_offsets = {0, 8};
+    return o;
+  }();
+  std::vector<float> q;
+  explicit nsa_two_heads(unsigned qseed) {
+    std::mt19937 rng(qseed);
+    std::normal_distribution<float> nd;
+    for (index_t j = 0; j < d; ++j) q.push_back(nd(rng));
+  }
+  [[nodiscard]] sim::general_workspace run(const sim::model_config& m) const {
+    const sim::general_model gm(op, d, dv, win, m, 3);
+    sim::general_workspace ws;
+    auto st = sim::seed_normal_state(9, 1);
+    gm.begin(ws, st, N);
+    std::mt19937 vr(8);  // the same values in every run
+    std::normal_distribution<float> nd;
+    for (index_t t = 0; t < N; t += 5)
+      for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(vr);
+    gm.run(ws, N, q.data(), beta);
+    return ws;
+  }
+};
+}  // namespace
+
 TEST_CASE("general path: NSA gates per query, sigma(logit(g) + w.q), equal the constant gates of that query", "[sim][general][heads]") {
   // One query: its per-query gates are constants for that call, so the model with gate_std > 0
   // gives bitwise the output of the same model with those gates as head gates. The gates are
   // σ(logit(g) + w·q) (double reference); w ~ N(0, τ²/d) (mean square within 5 SE); a gate of 0
   // stays 0.
-  const index_t d = 16, dv = 3, win = 24, N = 300;
-  const double tau = 1.5, beta = 0.7;
-  auto op = compress::nsa();
-  op.heads = 2;
-  op.head_offsets = {0, 8};
-  std::mt19937 rng(6);
-  std::normal_distribution<float> nd;
-  std::vector<float> q(static_cast<std::size_t>(d));
-  for (auto& v : q) v = nd(rng);
-  auto run = [&](const sim::model_config& m) {
-    const sim::general_model gm(op, d, dv, win, m, 3);
-    sim::general_workspace ws;
-    auto st = sim::seed_normal_state(9, 1);
-    gm.begin(ws, st, N);
-    std::mt19937 vr(8);
-    for (index_t t = 0; t < N; t += 5)
-      for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(vr);
-    gm.run(ws, N, q.data(), beta);
-    return ws;
-  };
+  const nsa_two_heads fx(6);
+  const auto& op = fx.op;
+  const auto& q = fx.q;
+  const index_t d = fx.d, dv = fx.dv, win = fx.win;
+  const double tau = 1.5;
+  auto run = [&](const sim::model_config& m) { return fx.run(m); };
   const sim::model_config pq{.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
                              .head_gates = {0.2, 0.5, 0.3, 0.0, 0.6, 0.4}, .gate_std = tau,
                              .params = compress::params_kind::planted_early};
@@ -880,28 +906,12 @@ TEST_CASE("general path: padding preference and margin per length with a flat fu
 // a model with head gates (a; b) is head h of the model whose shared gates are that head's: the
 // same items and item scores; and equal head gates are the shared gates, bitwise.
 TEST_CASE("general path: NSA heads with their own gates", "[sim][general][heads]") {
-  const index_t d = 16, dv = 3, win = 24, N = 300;
-  const double beta = 0.7;
-  auto op = compress::nsa();
-  op.heads = 2;
-  op.head_offsets = {0, 8};
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd;
-  std::vector<float> q(static_cast<std::size_t>(d));
-  for (auto& v : q) v = nd(rng);
+  const nsa_two_heads fx(5);
+  const auto& op = fx.op;
+  const index_t d = fx.d, dv = fx.dv, win = fx.win;
   const sim::model_config base{.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
                                .params = compress::params_kind::planted_early};
-  auto run = [&](sim::model_config m) {
-    const sim::general_model gm(op, d, dv, win, m, 3);
-    sim::general_workspace ws;
-    auto st = sim::seed_normal_state(9, 1);
-    gm.begin(ws, st, N);
-    std::mt19937 vr(8);  // the same values in every run
-    for (index_t t = 0; t < N; t += 5)
-      for (index_t j = 0; j < dv; ++j) gm.value_row(ws, t)[j] = nd(vr);
-    gm.run(ws, N, q.data(), beta);
-    return ws;
-  };
+  auto run = [&](const sim::model_config& m) { return fx.run(m); };
   auto with = [&](std::vector<double> hg, double c, double s, double w) {
     auto m = base;
     m.head_gates = std::move(hg);
