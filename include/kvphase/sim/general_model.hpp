@@ -22,10 +22,11 @@
 ///     (joint softmax over entries + window), csa (attention::csa_select keeps the indexer top-k
 ///     of the entries: by default one index head whose keys are the compressed entries and whose
 ///     query is the query; with model.indexer.dim > 0 V4's indexer, its own compressor over
-///     projected rows and projected index queries: index_keys, csa_lists, model_config.hpp), nsa (attention::nsa_select picks raw blocks from the compressed branch's
-///     probabilities; three softmaxes mixed by constant gates); a sink of logit 0 when
-///     model.sink. The logit scale is the task's β. Several compression heads: one attention per
-///     head, outputs averaged.
+///     projected rows and projected index queries: index_keys, csa_lists, model_config.hpp), nsa
+///     (attention::nsa_select picks raw blocks from the compressed branch's probabilities; three
+///     softmaxes mixed by the heads' gates, per query with model.gate_std: query_gates); a sink
+///     of logit 0 when model.sink. The logit scale is the task's β. Several compression heads:
+///     one attention per head, outputs averaged.
 ///  5. Full control: attention::full_attention over the same tokens (rotated when the spec has
 ///     RoPE), same query, scale and sink.
 /// Layer schedule (model_config::layers, e.g. "window,window,op,v4_hca,op"): the layers before
@@ -195,7 +196,8 @@ class general_model {
   [[nodiscard]] const compress::pool_params<float>& indexer_params(index_t h = 0) const { return pi_.at(static_cast<std::size_t>(h)); }
   [[nodiscard]] const matrix_t<float>& indexer_key_projection() const noexcept { return ipk_; }
   [[nodiscard]] const matrix_t<float>& indexer_query_projection() const noexcept { return ipq_; }
-  [[nodiscard]] const compress::operator_spec& indexer_spec() const noexcept { return ispec_; }
+  /// The index compressor's spec: the operator's, run at width dI.
+  [[nodiscard]] const compress::operator_spec& indexer_spec() const noexcept { return spec_; }
   [[nodiscard]] index_t width() const noexcept { return width_; }
   [[nodiscard]] index_t value_dim() const noexcept { return dv_; }
   [[nodiscard]] bool shared_kv() const noexcept { return shared_; }
@@ -643,14 +645,14 @@ class general_model {
   /// token rows X (width() floats each): X·P_Kᵀ through the index compressor. Nothing without it.
   void index_keys(general_workspace& ws, const float* X, index_t N, index_t h) const {
     if (m_.indexer.dim == 0) return;
-    const index_t dI = m_.indexer.dim, E = ispec_.head_grid(h).num_entries(N);
+    const index_t dI = m_.indexer.dim, E = spec_.head_grid(h).num_entries(N);
     ws.ki.resize(static_cast<std::size_t>(spec_.heads));
     auto& KI = ws.ki[static_cast<std::size_t>(h)];
     KI.resize(std::max<index_t>(E, 0), dI);
     if (E <= 0) return;
     ws.xi.resize(N, dI);
     compress::detail::project_rows<float, simd::default_arch>(X, width_, N, width_, ipk_, ws.xi.data(), 1);
-    compress::compress_into<float>(ispec_, pi_[static_cast<std::size_t>(h)], matrix_view<float>(ws.xi.data(), N, dI),
+    compress::compress_into<float>(spec_, pi_[static_cast<std::size_t>(h)], matrix_view<float>(ws.xi.data(), N, dI),
                                    matrix_mut_view<float>(KI.data(), E, dI), h,
                                    compress::compress_options{.threads = 1, .stores = compress::store_mode::normal}, &ws.comp);
   }
@@ -680,12 +682,11 @@ class general_model {
   }
 
  private:
-  /// V4's indexer (model.indexer.dim > 0; model_config.hpp): the index compressor's spec and
-  /// parameters (the operator's kind and grid at width dI), the key projection and the heads'
-  /// query projections, drawn once from params_seed.
+  /// V4's indexer (model.indexer.dim > 0; model_config.hpp): the index compressor's parameters
+  /// (the operator's spec at width dI), the key projection and the heads' query projections,
+  /// drawn once from params_seed.
   void plan_indexer(std::uint64_t params_seed) {
     const index_t dI = m_.indexer.dim, H = m_.indexer.heads;
-    ispec_ = spec_;
     if (rope_) {
       const index_t R = spec_.rope.rope_dim == 0 ? dI : spec_.rope.rope_dim;
       require(dI % 2 == 0 && R <= dI, "model.indexer.dim", dI,
@@ -694,22 +695,22 @@ class general_model {
     }
     const std::uint64_t seed = rng::combine(params_seed, 0x1D3E0000ULL);
     for (index_t h = 0; h < spec_.heads; ++h) {
-      pi_.push_back(make_for(ispec_, dI, h, seed));
-      require(pi_.back().output_dim(ispec_, dI) == dI, "model.indexer.dim", dI,
+      pi_.push_back(make_for(spec_, dI, h, seed));
+      require(pi_.back().output_dim(spec_, dI) == dI, "model.indexer.dim", dI,
               "the index compressor must keep the index width dI");
     }
     const double sd = 1.0 / std::sqrt(static_cast<double>(dI));
     ipk_.resize(width_, dI);
     compress::detail::fill_normal<float>(ipk_, seed, "indexer.key_projection", 0, sd);
-    matrix_t<float> R(width_, H * dI);
-    compress::detail::fill_normal<float>(R, seed, "indexer.query_projection", 0, sd);
+    matrix_t<float> own(width_, H * dI);  // the heads' independent parts R_h
+    compress::detail::fill_normal<float>(own, seed, "indexer.query_projection", 0, sd);
     const double rho = m_.indexer.align, rest = std::sqrt(std::max(0.0, 1.0 - rho * rho));
     ipq_.resize(width_, H * dI);
     for (index_t r = 0; r < width_; ++r)
       for (index_t a = 0; a < H; ++a)
         for (index_t c = 0; c < dI; ++c)
           ipq_(r, a * dI + c) = static_cast<float>(rho * static_cast<double>(ipk_(r, c)) +
-                                                   rest * static_cast<double>(R(r, a * dI + c)));
+                                                   rest * static_cast<double>(own(r, a * dI + c)));
   }
 
   compress::pool_params<float> make(index_t width, index_t head, std::uint64_t seed) const {
@@ -731,8 +732,7 @@ class general_model {
   bool shared_ = true, rope_ = false;
   compress::rope_frequencies freq_{};
   std::vector<compress::pool_params<float>> pk_, pv_;
-  compress::operator_spec ispec_{};             ///< V4's indexer: the index compressor's spec
-  std::vector<compress::pool_params<float>> pi_;  ///< its parameters per head
+  std::vector<compress::pool_params<float>> pi_;  ///< V4's indexer: the index compressor's parameters per head
   matrix_t<float> ipk_, ipq_;                   ///< P_Kᵀ (width × dI), the heads' P_hᵀ (width × H·dI)
   compress::rope_frequencies ifreq_{};          ///< RoPE of the index width
   matrix_t<float> gate_w_;                      ///< NSA's per-query gates: row 3h + b is w_{h,b}
