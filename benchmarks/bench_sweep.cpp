@@ -35,12 +35,20 @@
 //                                   scoring      attention::score_rows, one query × N rows (2·N·d)
 //                                   attention    attention::full_attention, one query, dv = 64
 //                                                (2·N·(d + dv))
+//                                   indexer_projection  V4's indexer (sim::model_config::indexer):
+//                                                the token rows projected to dI = 128 channels
+//                                                (project_rows, 2·N·d·dI)
+//                                   indexer_scoring  attention::csa_select for one query, 64 index
+//                                                heads of dI = 128 over the E index keys, top 512
+//                                                (2·E·H·dI; the ReLUs, weights and top-k not
+//                                                counted; bytes: the index keys)
 //   *_smoke                       tiny versions for ctest.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <kvphase/attention/full.hpp>
 #include <kvphase/attention/kernels.hpp>
+#include <kvphase/attention/select.hpp>
 #include <kvphase/compress/pool.hpp>
 #include <kvphase/compress/presets.hpp>
 #include <kvphase/sim/general_model.hpp>
@@ -284,6 +292,14 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
   matrix_t<float> q(1, d), o(1, d);
   for (index_t i = 0; i < d; ++i) q(0, i) = X(N / 2, i);
   std::vector<float> s(static_cast<std::size_t>(N));
+  // V4's indexer: 64 heads of width 128, the index keys' projection and the index keys
+  const index_t dI = 128, HI = 64;
+  matrix_t<float> PK(d, dI), XI(N, dI), KI(E, dI), QI(1, HI * dI), WI(1, HI);
+  kvphase::compress::detail::fill_normal<float>(PK, 1, "bench.indexer_key_projection", 0, 1.0 / std::sqrt(double(dI)));
+  kvphase::compress::detail::fill_normal<float>(KI, 1, "bench.index_keys", 0, 1.0);
+  kvphase::compress::detail::fill_normal<float>(QI, 1, "bench.index_queries", 0, 1.0);
+  WI.setConstant(1.0f / static_cast<float>(HI));
+  const index_t last[1] = {N - 1};
   const double dd = static_cast<double>(d), NN = static_cast<double>(N);
   const int pairs = static_cast<int>(op.rope.rope_dim / 2);
   std::map<std::string, stage_row> g;
@@ -333,6 +349,17 @@ void general_stages(benchmark::State& state, double seconds, int peak_reps) {
     g["attention"] = {2.0 * NN * (dd + dd), 2.0 * xb, stage_seconds([&] {
       attention::full_attention<float>(q, X, X, attention::attention_params{.scale = 0.125, .threads = 1}, o);
       kvphase::bench::keep(o(0, 0));
+    }, seconds)};
+    // V4's indexer: the token rows in, the projected rows out; the index keys in, the list out
+    const double ddI = static_cast<double>(dI);
+    g["indexer_projection"] = {2.0 * NN * dd * ddI, xb + NN * ddI * f4, stage_seconds([&] {
+      compress::detail::project_rows<float, kvphase::simd::default_arch>(X.data(), d, N, d, PK, XI.data(), 1);
+      kvphase::bench::keep(XI(0, 0));
+    }, seconds)};
+    g["indexer_scoring"] = {2.0 * static_cast<double>(E) * static_cast<double>(HI) * ddI, static_cast<double>(E) * ddI * f4,
+                            stage_seconds([&] {
+      const auto l = attention::csa_select<float>(QI, WI, KI, op.grid, last, attention::indexer_params{.heads = HI, .top_k = 512});
+      kvphase::bench::keep(static_cast<float>(l.indices[0]));
     }, seconds)};
     peak = 0.5 * (p0 + kvphase::bench::fma_peak_gflops_per_cpu_second<float>(1, peak_reps));
     bw = 0.5 * (bw0 + kvphase::bench::read_bandwidth_gbs(static_cast<std::size_t>(xb), 1));
