@@ -117,8 +117,10 @@ sim::sweep_config make_config(const cli_options& o) {
   kvphase::require(!o.topk || c.model.kind == sim::model_kind::csa, "topk", o.topk.value_or(0), "applies only to --model csa");
   kvphase::require(!o.indexer_dim || c.model.kind == sim::model_kind::csa, "indexer-dim", o.indexer_dim.value_or(0),
                    "applies only to --model csa");
-  kvphase::require((!o.indexer_heads && !o.indexer_align) || c.model.indexer.dim > 0, "indexer-heads",
-                   o.indexer_heads.value_or(1), "--indexer-heads and --indexer-align need --indexer-dim > 0");
+  if (o.indexer_heads)
+    kvphase::require(c.model.indexer.dim > 0, "indexer-heads", *o.indexer_heads, "needs --indexer-dim > 0");
+  if (o.indexer_align)
+    kvphase::require(c.model.indexer.dim > 0, "indexer-align", *o.indexer_align, "needs --indexer-dim > 0");
   kvphase::require((!o.select_blocks && !o.select_block && o.gates.empty()) || c.model.kind == sim::model_kind::nsa,
                    "select-blocks", o.select_blocks.value_or(o.select_block.value_or(0)),
                    "--select-blocks, --select-block and --gates apply only to --model nsa");

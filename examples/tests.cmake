@@ -102,6 +102,9 @@ set_tests_properties(example.sweep_indexer_warning PROPERTIES LABELS "example;si
 add_test(NAME example.sweep_indexer_needs_csa COMMAND kvphase-sweep --indexer-dim 8)
 set_tests_properties(example.sweep_indexer_needs_csa PROPERTIES LABELS "example;sim"
   PASS_REGULAR_EXPRESSION "indexer-dim = 8: applies only to --model csa")
+add_test(NAME example.sweep_indexer_align_needs_dim COMMAND kvphase-sweep --model csa --indexer-align 0.5)
+set_tests_properties(example.sweep_indexer_align_needs_dim PROPERTIES LABELS "example;sim"
+  PASS_REGULAR_EXPRESSION "indexer-align = 0.5: needs --indexer-dim > 0")
 add_test(NAME example.sweep_gate_std_needs_nsa COMMAND kvphase-sweep --gate-std 1)
 set_tests_properties(example.sweep_gate_std_needs_nsa PROPERTIES LABELS "example;sim"
   PASS_REGULAR_EXPRESSION "gate-std = 1: applies only to --model nsa")
