@@ -127,9 +127,8 @@ struct output_options {
   const double full = fn > 0 ? fh / fn : 0.0;
   double level = std::max(2 * chance, 0.05);
   if (c.model.kind == model_kind::csa) {
-    index_t n_min = c.task.context_tokens(0);
-    for (index_t g = 1; g < c.groups(); ++g) n_min = std::min(n_min, c.task.context_tokens(g));
-    const double pick = static_cast<double>(c.model.top_k) / static_cast<double>(std::max<index_t>(1, c.op.grid.num_entries(n_min)));
+    const double pick = static_cast<double>(c.model.top_k) /
+                        static_cast<double>(std::max<index_t>(1, c.op.grid.num_entries(c.min_context_tokens())));
     if (pick < 0.25) level = std::max(level, 2 * pick);
   }
   if (best > level || full < 0.5) return {};

@@ -125,6 +125,12 @@ struct sweep_config {
   }
   /// Number of groups (the task decides: the modulus, or e.g. the padding lengths).
   [[nodiscard]] index_t groups() const { return task.groups(geometry()); }
+  /// The shortest context over the phase groups (the fewest entries a trial's compressor makes).
+  [[nodiscard]] index_t min_context_tokens() const {
+    index_t n = task.context_tokens(0);
+    for (index_t g = 1, M = groups(); g < M; ++g) n = std::min(n, task.context_tokens(g));
+    return n;
+  }
   /// Label of group g: the phase g, or e.g. the padding length.
   [[nodiscard]] index_t label(index_t g) const { return task.label(g); }
   [[nodiscard]] index_t dim() const { return task.key_dim(); }
@@ -171,8 +177,7 @@ struct sweep_config {
     require(M >= 1 && M <= 4096, "groups", M, "must be in [1, 4096]");
     validate_design(design, M, task.label_column());
     if (general()) {
-      index_t n_min = task.context_tokens(0);
-      for (index_t g = 1; g < M; ++g) n_min = std::min(n_min, task.context_tokens(g));
+      const index_t n_min = min_context_tokens();
       require(op.grid.num_entries(n_min) >= 1, "context", n_min,
               "too short for one complete entry of the operator (window " + std::to_string(op.grid.window) + ")");
     }
