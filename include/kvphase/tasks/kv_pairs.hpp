@@ -107,11 +107,7 @@ struct kv_pairs_config {
     if (context < tokens)  // message built only on failure: validate runs once per trial layout
       fail("context", context,
            "must hold pairs * (key_span + value_span) + modulus + 64 = " + std::to_string(tokens) + " tokens");
-    require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
-    require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
-    require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
-    require(depth_lo >= 0 && depth_lo <= 1, "depth_lo", depth_lo, "must be in [0, 1]");
-    require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
+    detail::validate_readout(value_key_weight, query_noise, logit_scale, depth_lo, depth_hi);
   }
 
   // ---- the task (tasks/task.hpp) ----------------------------------------------------------------

@@ -44,6 +44,19 @@
 
 namespace kvphase::tasks {
 
+namespace detail {
+/// The readout and placement fields that needle and kv-pairs share: the value tokens' key weight,
+/// the query noise, the readout's logit scale and the target's depth range.
+inline void validate_readout(double value_key_weight, double query_noise, double logit_scale, double depth_lo,
+                             double depth_hi) {
+  require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
+  require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
+  require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
+  require(depth_lo >= 0 && depth_lo <= 1, "depth_lo", depth_lo, "must be in [0, 1]");
+  require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
+}
+}  // namespace detail
+
 struct needle_config {
   index_t context = 8192;         ///< N context tokens
   index_t dim = 64;               ///< d
@@ -67,11 +80,7 @@ struct needle_config {
     // spans <= 2^30 each: 2 * span() + 16 <= 2^32 + 16 cannot overflow
     require(context >= 2 * span() + 16 && context <= limits::max_tokens, "context", context,
             "must be >= 2 * (key_span + value_span) + 16 and <= 2^30");
-    require(std::isfinite(value_key_weight), "value_key_weight", value_key_weight, "must be finite");
-    require(std::isfinite(query_noise) && query_noise >= 0, "query_noise", query_noise, "must be finite and >= 0");
-    require(std::isfinite(logit_scale) && logit_scale >= 0, "logit_scale", logit_scale, "must be finite and >= 0");
-    require(depth_lo >= 0 && depth_lo <= 1, "depth_lo", depth_lo, "must be in [0, 1]");
-    require(depth_hi >= depth_lo && depth_hi <= 1, "depth_hi", depth_hi, "must be in [depth_lo, 1]");
+    detail::validate_readout(value_key_weight, query_noise, logit_scale, depth_lo, depth_hi);
   }
 
   // ---- the task (tasks/task.hpp) ----------------------------------------------------------------
