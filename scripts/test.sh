@@ -21,8 +21,8 @@ scripts/build.sh build/release
 echo "== release tests =="
 ctest --test-dir build/release --output-on-failure -j "$(nproc)" "${label_args[@]}"
 # Slurm job array and mpirun with real daemons (registered only when the packages are present).
-# The list is read whole before the match: `ctest … | grep -q` under pipefail fails whenever grep
-# exits at the first match while ctest is still writing (SIGPIPE), which skipped these tests.
+# The list is read whole before the match: `ctest … | grep -q` under pipefail can be false when
+# grep exits at its first match while ctest is still writing (SIGPIPE kills ctest).
 scaleout_tests="$(ctest --test-dir build/release -N -L scaleout)"
 if grep -q "scaleout\." <<< "$scaleout_tests"; then
   echo "== scale-out tests (local Slurm, mpirun) =="
