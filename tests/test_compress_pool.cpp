@@ -810,6 +810,60 @@ TEST_CASE("position: RMSNorm and RoPE kernels", "[compress][position]") {
   CHECK(kc::anchor_position(n, 1, kc::rope_anchor::centre) == 31.5);
 }
 
+// The rotation kernels against one reference: rotate_pairs (double batches on the FMA paths)
+// equals rotate_pair pair by pair bit for bit on every compiled path, apply_rope_cs with
+// rope_cos_sin's table equals apply_rope, and both are within one rounding of the long-double
+// rotation; rms_inverses equals rms_inverse row by row. Pair and row counts leave a tail on
+// every path (batch widths 2, 4, 8 doubles).
+template <class Real, class Arch>
+void rotation_kernels_agree() {
+  INFO("arch " << Arch::name() << (std::is_same_v<Real, float> ? " float" : " double"));
+  for (index_t dim : {2, 6, 18, 64, 70}) {
+    const kc::rope_frequencies f(kc::rope_config{.rope_dim = dim - (dim % 4 == 2 ? 0 : 2)}, dim);
+    const auto x0 = random_x<Real>(1, dim, 31 + static_cast<std::uint64_t>(dim));
+    std::vector<double> cs(static_cast<std::size_t>(f.rotated));
+    for (double pos : {0.0, 1.0, 37.5, 4093.0, -811.0, 131071.0}) {
+      kc::rope_cos_sin(pos, f, cs.data());
+      std::vector<Real> a(x0.data(), x0.data() + dim), b = a, c = a;
+      kc::apply_rope_cs<Real, Arch>(a.data(), cs.data(), f);
+      for (index_t k = 0; k < f.rotated / 2; ++k)
+        kc::rotate_pair(b.data() + (dim - f.rotated) + 2 * k, cs[2 * k], cs[2 * k + 1]);
+      kc::apply_rope(c.data(), pos, f);
+      CHECK(a == b);
+      CHECK(a == c);
+      // one rounding of the exact rotation (by the same double cosines and sines): |error| ≤
+      // ulp(Real) of the result plus the double products' 2^-52 relative error
+      for (index_t k = 0; k < f.rotated / 2; ++k) {
+        const index_t j = dim - f.rotated + 2 * k;
+        const long double u = x0(0, j), v = x0(0, j + 1), co = cs[2 * k], si = cs[2 * k + 1];
+        const long double r0 = u * co - v * si, r1 = u * si + v * co;
+        const long double tol0 = std::fabs(static_cast<double>(r0)) * std::numeric_limits<Real>::epsilon() +
+                                 (std::fabs(static_cast<double>(u)) + std::fabs(static_cast<double>(v))) * 0x1p-51;
+        const long double tol1 = std::fabs(static_cast<double>(r1)) * std::numeric_limits<Real>::epsilon() +
+                                 (std::fabs(static_cast<double>(u)) + std::fabs(static_cast<double>(v))) * 0x1p-51;
+        CHECK(std::fabs(static_cast<long double>(a[static_cast<std::size_t>(j)]) - r0) <= tol0);
+        CHECK(std::fabs(static_cast<long double>(a[static_cast<std::size_t>(j + 1)]) - r1) <= tol1);
+      }
+      for (index_t j = 0; j < dim - f.rotated; ++j) CHECK(a[static_cast<std::size_t>(j)] == x0(0, j));
+    }
+  }
+  for (index_t m : {1, 3, 8, 16, 19}) {
+    const auto rows = random_x<Real>(m, 72, 77 + static_cast<std::uint64_t>(m));
+    std::vector<Real> inv(static_cast<std::size_t>(m));
+    kc::rms_inverses<Real, Arch>(rows.data(), 72, m, 72, 1e-6, inv.data());
+    for (index_t i = 0; i < m; ++i) CHECK(inv[static_cast<std::size_t>(i)] == kc::rms_inverse<Real, Arch>(rows.data() + i * 72, 72, 1e-6));
+  }
+}
+
+TEST_CASE("position: the SIMD rotation and RMS kernels give the scalar kernels' bits on every path",
+          "[compress][position]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    rotation_kernels_agree<float, Arch>();
+    rotation_kernels_agree<double, Arch>();
+  });
+}
+
 // ---- determinism ------------------------------------------------------------------------------------
 TEST_CASE("compress: bitwise identical for any thread count and store mode", "[compress][pool]") {
   for (auto name : {"v4_csa", "paper_ref", "nsa"}) {

@@ -910,19 +910,26 @@ struct engine {
   /// by stage across the rows, then stored to dst (row i at dst + i·c). `rc`: entry e's RoPE
   /// cache slot (the next entries' follow it), or null. Rows are bitwise finish()'s.
   void finish_tile(Real* tile, index_t m, index_t e, Real* dst, bool nt, double* rc = nullptr) const noexcept {
+    // cached stores: each row scaled straight into dst and rotated there while it is in L1 (one
+    // pass over the tile); streaming stores: finished in the tile, then streamed out
+    Real* fin = nt ? tile : dst;
     if (spec->rmsnorm) {
       const Real* w = p->rms_weight.size() ? p->rms_weight.data() : nullptr;
       for (index_t i0 = 0; i0 < m; i0 += tile_rows) {
         const index_t m1 = std::min(tile_rows, m - i0);
         Real inv[tile_rows];
-        for (index_t i = 0; i < m1; ++i) inv[i] = rms_inverse<Real, Arch>(tile + (i0 + i) * c, c, spec->rms_eps);
-        for (index_t i = 0; i < m1; ++i) rms_scale<Real, Arch>(tile + (i0 + i) * c, c, inv[i], w);
+        rms_inverses<Real, Arch>(tile + i0 * c, c, m1, c, spec->rms_eps, inv);
+        for (index_t i = 0; i < m1; ++i) rms_scale_to<Real, Arch>(tile + (i0 + i) * c, fin + (i0 + i) * c, c, inv[i], w);
       }
+    } else if (!nt) {
+      for (index_t i = 0; i < m; ++i) copy_row(tile + i * c, dst + i * c, false);
     }
     if (do_rope) {
-      for (index_t i = 0; i < m; ++i) rope_row(tile + i * c, e + i, rope_slot(rc, i));
+      for (index_t i = 0; i < m; ++i) rope_row(fin + i * c, e + i, rope_slot(rc, i));
     }
-    for (index_t i = 0; i < m; ++i) copy_row(tile + i * c, dst + i * c, nt);
+    if (nt) {
+      for (index_t i = 0; i < m; ++i) copy_row(tile + i * c, dst + i * c, true);
+    }
   }
 
   /// RoPE of entry e's row at its anchor, from the cache slot rc (filled when it holds another
@@ -934,7 +941,7 @@ struct engine {
         rc[0] = pos;
         rope_cos_sin(pos, rope, rc + 1);
       }
-      apply_rope_cs(row, rc + 1, rope);
+      apply_rope_cs<Real, Arch>(row, rc + 1, rope);
     } else {
       apply_rope(row, pos, rope);
     }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ostream>
 #include <vector>
 
@@ -33,22 +34,59 @@ inline Real rms_inverse(const Real* row, index_t dim, double eps) noexcept {
   return static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
 }
 
+/// rms_inverse of m rows (row i at rows + i·ld) into inv[0 … m), each bit for bit
+/// rms_inverse's: on the hardware-FMA paths the rows' divisions and square roots go through
+/// double batches (correctly rounded operations, so the same bits), one batch for L rows instead
+/// of L latency chains of a scalar square root and two divisions. Other paths call rms_inverse
+/// row by row: sse2's simd::fma is a·b + c, which GCC contracts or not depending on the code
+/// around the inlined dot, so only the same call shape gives the same sums there.
 template <class Real, class Arch = simd::default_arch>
-inline void rms_scale(Real* row, index_t dim, Real inv, const Real* weight = nullptr) noexcept {
-  if (weight == nullptr) {
-    simd::scale<Real, Arch>(inv, row, dim);
-    return;
+inline void rms_inverses(const Real* rows, index_t ld, index_t m, index_t dim, double eps, Real* inv) noexcept {
+  index_t i = 0;
+  if constexpr (simd::fused_fma<Arch>()) {
+    using D = xsimd::batch<double, Arch>;
+    constexpr index_t L = static_cast<index_t>(D::size);
+    alignas(64) double v[L];
+    const D n(static_cast<double>(dim)), e(eps), one(1.0);
+    for (; i + L <= m; i += L) {
+      for (index_t j = 0; j < L; ++j) {
+        const Real* row = rows + (i + j) * ld;
+        v[j] = static_cast<double>(simd::dot<Real, Arch>(row, row, dim));
+      }
+      (one / xsimd::sqrt(D::load_aligned(v) / n + e)).store_aligned(v);
+      for (index_t j = 0; j < L; ++j) inv[i + j] = static_cast<Real>(v[j]);
+    }
   }
+  for (; i < m; ++i) inv[i] = rms_inverse<Real, Arch>(rows + i * ld, dim, eps);
+}
+
+/// dst[i] = row[i] · inv (· weight[i]): rms_scale into another row (dst may be row), the same
+/// operations in the same order, so the same bits.
+template <class Real, class Arch = simd::default_arch>
+inline void rms_scale_to(const Real* row, Real* dst, index_t dim, Real inv, const Real* weight = nullptr) noexcept {
   index_t i = 0;
   if constexpr (!simd::is_scalar_v<Arch>) {
     using B = xsimd::batch<Real, Arch>;
     constexpr index_t L = B::size;
     const B vi(inv);
-    for (; i + L <= dim; i += L) {
-      (B::load_unaligned(row + i) * vi * B::load_unaligned(weight + i)).store_unaligned(row + i);
+    if (weight == nullptr) {
+      for (; i + L <= dim; i += L) (vi * B::load_unaligned(row + i)).store_unaligned(dst + i);
+    } else {
+      for (; i + L <= dim; i += L) {
+        (B::load_unaligned(row + i) * vi * B::load_unaligned(weight + i)).store_unaligned(dst + i);
+      }
     }
   }
-  for (; i < dim; ++i) row[i] = row[i] * inv * weight[i];
+  if (weight == nullptr) {
+    for (; i < dim; ++i) dst[i] = row[i] * inv;
+  } else {
+    for (; i < dim; ++i) dst[i] = row[i] * inv * weight[i];
+  }
+}
+
+template <class Real, class Arch = simd::default_arch>
+inline void rms_scale(Real* row, index_t dim, Real inv, const Real* weight = nullptr) noexcept {
+  rms_scale_to<Real, Arch>(row, row, dim, inv, weight);
 }
 
 /// RMSNorm of one row in place: row[i] ← row[i] / sqrt(Σ row² / dim + eps) · weight[i].
@@ -129,18 +167,85 @@ inline void rope_cos_sin(double position, const rope_frequencies& f, double* cs)
   }
 }
 
-/// Rotates one row in place by the cosines and sines cs of rope_cos_sin: with the cs of a
-/// position, the row apply_rope gives at that position, bit for bit.
+/// One adjacent pair (r[0], r[1]) rotated by the angle whose cosine and sine are c and s, in
+/// double, rounded once to Real: x0·c − x1·s and x0·s + x1·c, the x1 products rounded and the x0
+/// products fused where the build has FMA — the form GCC's contraction gives the two written
+/// expressions, made explicit so that every RoPE of the library (apply_rope, apply_rope_cs,
+/// rotate_pairs on any SIMD path, the sweep's key table) rounds alike, bit for bit.
 template <class Real>
-inline void apply_rope_cs(Real* row, const double* cs, const rope_frequencies& f) noexcept {
-  Real* r = row + (f.dim - f.rotated);
-  const index_t pairs = f.rotated / 2;
-  for (index_t k = 0; k < pairs; ++k) {
-    const double c = cs[2 * k], s = cs[2 * k + 1];
-    const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
-    r[2 * k] = static_cast<Real>(x0 * c - x1 * s);
-    r[2 * k + 1] = static_cast<Real>(x0 * s + x1 * c);
+inline void rotate_pair(Real* r, double c, double s) noexcept {
+  const double x0 = static_cast<double>(r[0]), x1 = static_cast<double>(r[1]);
+#if defined(__FMA__)
+  r[0] = static_cast<Real>(std::fma(x0, c, -(x1 * s)));
+  r[1] = static_cast<Real>(std::fma(x0, s, x1 * c));
+#else
+  r[0] = static_cast<Real>(x0 * c - x1 * s);
+  r[1] = static_cast<Real>(x0 * s + x1 * c);
+#endif
+}
+
+namespace detail {
+/// Lane maps of rotate_pairs' double batches (pairs interleaved: lane 2k = x0, 2k + 1 = x1).
+struct rope_lane_even {
+  static constexpr unsigned get(unsigned i, unsigned) { return i & ~1u; }
+};
+struct rope_lane_odd {
+  static constexpr unsigned get(unsigned i, unsigned) { return i | 1u; }
+};
+struct rope_lane_swap {
+  static constexpr unsigned get(unsigned i, unsigned) { return i ^ 1u; }
+};
+}  // namespace detail
+
+/// `pairs` adjacent pairs at r rotated by cs (cosine and sine interleaved, as rope_cos_sin
+/// writes them): rotate_pair on each, bit for bit. On a path with a hardware FMA (simd::
+/// fused_fma) the pairs go through double batches — x0 and x1 broadcast within their pair, the
+/// x1 products rounded, then one FMA with the sign of the first lane flipped (exact) — so the
+/// rounding is rotate_pair's; other paths (the scalar reference, sse2) run rotate_pair itself.
+template <class Real, class Arch = simd::default_arch>
+inline void rotate_pairs(Real* r, const double* cs, index_t pairs) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    if constexpr (simd::fused_fma<Arch>()) {
+      using D = xsimd::batch<double, Arch>;
+      using U = xsimd::batch<std::uint64_t, Arch>;
+      constexpr index_t L = static_cast<index_t>(D::size);  // doubles: L / 2 pairs
+      constexpr auto even = xsimd::make_batch_constant<U, detail::rope_lane_even>();
+      constexpr auto odd = xsimd::make_batch_constant<U, detail::rope_lane_odd>();
+      constexpr auto swap = xsimd::make_batch_constant<U, detail::rope_lane_swap>();
+      alignas(64) double sign_lanes[L];
+      for (index_t i = 0; i < L; ++i) sign_lanes[i] = (i % 2 == 0) ? -1.0 : 1.0;
+      const D sign = D::load_aligned(sign_lanes);
+      alignas(64) double x[L];
+      for (; k + L / 2 <= pairs; k += L / 2) {
+        Real* p = r + 2 * k;
+        D X;
+        if constexpr (std::is_same_v<Real, double>) {
+          X = D::load_unaligned(p);
+        } else {
+          for (index_t i = 0; i < L; ++i) x[i] = static_cast<double>(p[i]);
+          X = D::load_aligned(x);
+        }
+        const D C = D::load_unaligned(cs + 2 * k);
+        const D t = xsimd::swizzle(X, odd) * xsimd::swizzle(C, swap);  // x1·s, x1·c
+        const D y = simd::fma(xsimd::swizzle(X, even), C, t * sign);     // x0·c − x1·s, x0·s + x1·c
+        if constexpr (std::is_same_v<Real, double>) {
+          y.store_unaligned(p);
+        } else {
+          y.store_aligned(x);
+          for (index_t i = 0; i < L; ++i) p[i] = static_cast<Real>(x[i]);
+        }
+      }
+    }
   }
+  for (; k < pairs; ++k) rotate_pair(r + 2 * k, cs[2 * k], cs[2 * k + 1]);
+}
+
+/// Rotates one row in place by the cosines and sines cs of rope_cos_sin: with the cs of a
+/// position, the row apply_rope gives at that position, bit for bit (rotate_pairs on Arch).
+template <class Real, class Arch = simd::default_arch>
+inline void apply_rope_cs(Real* row, const double* cs, const rope_frequencies& f) noexcept {
+  rotate_pairs<Real, Arch>(row + (f.dim - f.rotated), cs, f.rotated / 2);
 }
 
 /// Rotates one row in place by RoPE at `position` (any real; negative = inverse rotation).
@@ -150,10 +255,7 @@ inline void apply_rope(Real* row, double position, const rope_frequencies& f) no
   const index_t pairs = f.rotated / 2;
   for (index_t k = 0; k < pairs; ++k) {
     const double a = position * f.inv_freq[static_cast<std::size_t>(k)];
-    const double c = std::cos(a), s = std::sin(a);
-    const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
-    r[2 * k] = static_cast<Real>(x0 * c - x1 * s);
-    r[2 * k + 1] = static_cast<Real>(x0 * s + x1 * c);
+    rotate_pair(r + 2 * k, std::cos(a), std::sin(a));
   }
 }
 

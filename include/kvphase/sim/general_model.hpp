@@ -480,16 +480,8 @@ class general_model {
           tab[static_cast<std::size_t>(2 * (t * P + k) + 1)] = std::sin(a);
         }
     }
-    for (index_t t = 0; t < N; ++t) {
-      float* r = X + t * width_ + (width_ - freq_.rotated);
-      const double* cs = tab.data() + 2 * t * P;
-      for (index_t k = 0; k < P; ++k) {
-        const double c = cs[2 * k], sn = cs[2 * k + 1];
-        const double x0 = static_cast<double>(r[2 * k]), x1 = static_cast<double>(r[2 * k + 1]);
-        r[2 * k] = static_cast<float>(x0 * c - x1 * sn);
-        r[2 * k + 1] = static_cast<float>(x0 * sn + x1 * c);
-      }
-    }
+    for (index_t t = 0; t < N; ++t)
+      compress::rotate_pairs<float>(X + t * width_ + (width_ - freq_.rotated), tab.data() + 2 * t * P, P);
   }
 
   /// Kind of one layer of the schedule.
