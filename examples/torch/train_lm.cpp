@@ -19,6 +19,9 @@
 // layer of every preset; --indexer-heads, --indexer-dim and --indexer-weight set it.
 // --stop-recall R ends a run at the first snapshot with eval recall ≥ R, on the --steps schedule
 // (a twin stopped at a matched accuracy); lm_summary.json records steps_trained.
+// --data-seed D draws every run's data (training batches, grid offsets, evaluation sequences)
+// from seed D while its initialisation stays its own seed: crossing the two tells whether a
+// seed's outcome comes from its start or its data order.
 //
 // Writes to --out: lm_phase.csv (recall per phase group with Wilson intervals), lm_history.csv
 // (loss, recall and gate slot profiles over training), lm_ablation.csv (recall per phase with
@@ -156,6 +159,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     cli::add_u64(app, "--seed", seed, "first seed (runs use seed, seed + 1, ...)");
     cli::add_int(app, "--seeds", seeds, 1, 64, "seeds per preset");
+    cli::add_int(app, "--data-seed", tc.data_seed, 0, std::numeric_limits<std::int64_t>::max(),
+                 "seed of every run's data (training batches, grid offsets, evaluation) apart from its "
+                 "initialisation (default -1: each run's own seed)");
     cli::add_int(app, "--layers", layers, 1, 64, "layers");
     app.add_option("--grid", grid,
                    "W,S: every preset's compressor window and stride instead of its own (e.g. --preset hca-s4 --grid 8,8)")
@@ -262,7 +268,7 @@ int main(int argc, char** argv) {
         if (ablate) {
           for (index_t l = 0; l < static_cast<index_t>(model->kinds.size()); ++l)
             for (index_t h = -1; h < rec.model.heads; ++h)
-              rec.ablation.push_back(lm::evaluate(model, data, rec.seed, tc.eval_sequences, l, h));
+              rec.ablation.push_back(lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences, l, h));
         }
         std::ostringstream dir;
         dir << out << "/ckpt_" << n << "_seed" << rec.seed;

@@ -759,6 +759,48 @@ TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, 
   REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("eval_every > 0"));
 }
 
+TEST_CASE("lm data seed: apart from the initialisation, the default is the run's seed", "[lm]") {
+  const lm::data_config d = tiny_data();
+  lm::model_config m = tiny_model(d);
+  m.schedule = "csa,full";
+  lm::train_config t;
+  t.steps = 6;
+  t.batch = 8;
+  t.eval_every = 3;
+  t.eval_sequences = 32;
+  t.threads = 1;
+  auto losses = [](const lm::train_result& r) {
+    std::vector<double> v;
+    for (const auto& s : r.history) {
+      v.push_back(s.train_loss);
+      v.push_back(s.eval_loss);
+    }
+    return v;
+  };
+  const auto a = lm::train(m, d, t, 5);  // init 5, data 5
+  lm::train_config t5 = t;
+  t5.data_seed = 5;
+  const auto b = lm::train(m, d, t5, 5);  // the same run, the data seed named
+  lm::train_config t6 = t;
+  t6.data_seed = 6;
+  const auto c = lm::train(m, d, t6, 5);  // init 5, data 6
+  const auto e = lm::train(m, d, t, 6);   // init 6, data 6
+  REQUIRE(losses(a) == losses(b));
+  REQUIRE(a.eval.hits == b.eval.hits);
+  // the data seed changes the data (c is not a), and only the data (c is not e, whose data it
+  // shares): every snapshot's losses differ
+  const auto la = losses(a), lc = losses(c), le = losses(e);
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    REQUIRE(lc[i] != la[i]);
+    REQUIRE(lc[i] != le[i]);
+  }
+  REQUIRE(t6.data_seed_for(5) == 6);
+  REQUIRE(t.data_seed_for(5) == 5);
+  lm::train_config bad = t;
+  bad.data_seed = -2;
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("data_seed") && Catch::Contains("-2"));
+}
+
 TEST_CASE("lm quick run with an indexer: the indexer's KL to the dense attention falls", "[lm]") {
   const lm::data_config d = tiny_data();
   lm::model_config m = tiny_model(d);

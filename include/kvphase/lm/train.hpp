@@ -44,6 +44,10 @@ struct train_config {
   /// Weight of the indexers' KL term (attention_impl::indexer_kl, mean over the layers with an
   /// indexer) in the loss; it trains only the indexers. Used when the model has model_config::top_k > 0.
   double indexer_weight = 1.0;
+  /// Seed of the data — the training batches, the random grid offsets and the evaluation
+  /// sequences — apart from the model's initialisation; -1: the run's seed for both (the
+  /// default). Crossing the two separates what a seed changes: the start or the data order.
+  std::int64_t data_seed = -1;
   void validate() const {
     require(steps >= 1 && steps <= 10000000, "steps", steps, "must be in [1, 10^7]");
     require(batch >= 1 && batch <= 65536, "batch", batch, "must be in [1, 65536]");
@@ -60,6 +64,7 @@ struct train_config {
             "must be in [0, 1] (0: off)");
     require(std::isfinite(indexer_weight) && indexer_weight >= 0.0 && indexer_weight <= 100.0, "indexer_weight",
             indexer_weight, "must be in [0, 100]");
+    require(data_seed >= -1, "data_seed", data_seed, "must be >= 0, or -1 for the run's seed");
     require(stop_recall == 0.0 || eval_every > 0, "stop_recall", stop_recall,
             "needs snapshots to test it at (eval_every > 0)");
   }
@@ -78,6 +83,11 @@ struct train_config {
     v("gate_entropy", gate_entropy);
     v("stop_recall", stop_recall);
     v("indexer_weight", indexer_weight);
+    v("data_seed", data_seed);
+  }
+  /// The seed the data of a run with seed `seed` comes from.
+  [[nodiscard]] std::uint64_t data_seed_for(std::uint64_t seed) const noexcept {
+    return data_seed >= 0 ? static_cast<std::uint64_t>(data_seed) : seed;
   }
 };
 
@@ -176,7 +186,8 @@ inline std::vector<gate_profile> slot_profiles(lm& model) {
   return out;
 }
 
-/// Trains a fresh model of `mc` with torch seed `seed`; data from the same seed. `progress`
+/// Trains a fresh model of `mc` with torch seed `seed`; data from the same seed, or from
+/// tc.data_seed when it is set (train_config::data_seed_for). `progress`
 /// (optional) is called after every step with (step, steps, running loss).
 inline train_result train(const model_config& mc, const data_config& d, const train_config& tc, std::uint64_t seed,
                           const std::function<void(index_t, index_t, double)>& progress = {},
@@ -198,6 +209,7 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
   }
   torch::set_num_threads(tc.threads);
   torch::manual_seed(seed);
+  const std::uint64_t dseed = tc.data_seed_for(seed);
   lm model(mc);
   std::vector<compressor> tracked;  // gated compressors whose gate entropy enters the loss
   if (tc.gate_entropy > 0.0)
@@ -220,7 +232,7 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     s.step = step;
     s.train_loss = since ? run / static_cast<double>(since) : 0.0;
     s.indexer_kl = since ? run_kl / static_cast<double>(since) : 0.0;
-    const auto pc = evaluate(model, d, seed, std::min<index_t>(tc.eval_sequences, 256));
+    const auto pc = evaluate(model, d, dseed, std::min<index_t>(tc.eval_sequences, 256));
     s.eval_loss = pc.mean_loss();
     s.eval_recall = pc.mean_recall();
     s.slot_profile = slot_profiles(model);
@@ -240,10 +252,10 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
       lr = tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(pi * f)));
     }
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    const auto b = make_batch(d, seed, 0, static_cast<std::uint64_t>(step * tc.batch), tc.batch);
+    const auto b = make_batch(d, dseed, 0, static_cast<std::uint64_t>(step * tc.batch), tc.batch);
     const auto first = static_cast<std::uint64_t>(step * tc.batch);
     torch::Tensor offsets;
-    if (tc.random_origin) offsets = origin_offsets(seed, first, tc.batch, mc.stride);
+    if (tc.random_origin) offsets = origin_offsets(dseed, first, tc.batch, mc.stride);
     auto ce =
         torch::nn::functional::cross_entropy(query_logits(model->forward(b.tokens, -1, -1, offsets), b), b.target);
     auto loss = ce;
@@ -280,7 +292,7 @@ inline train_result train(const model_config& mc, const data_config& d, const tr
     }
   }
   if (r.history.empty() || r.history.back().step != r.steps_done) snap(r.steps_done);
-  r.eval = evaluate(model, d, seed, tc.eval_sequences);
+  r.eval = evaluate(model, d, dseed, tc.eval_sequences);
   if (trained) *trained = model;
   return r;
 }
