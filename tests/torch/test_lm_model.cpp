@@ -699,12 +699,7 @@ TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value 
   const lm::data_config d = tiny_data();
   lm::model_config m = tiny_model(d);
   m.schedule = "csa,csa";
-  lm::train_config t;
-  t.steps = 300;
-  t.batch = 32;
-  t.lr = 3e-3;
-  t.eval_sequences = 512;
-  t.threads = 1;
+  const lm::train_config t{.steps = 300, .batch = 32, .lr = 3e-3, .eval_sequences = 512, .threads = 1};
   const auto r = lm::train(m, d, t, 1);
   // A model that ignores the context predicts at best the value marginal: cross-entropy
   // ln(values) at every query. Learning recall must bring the evaluated mean loss below it by
@@ -722,12 +717,7 @@ TEST_CASE("lm early stop at a recall: the stopped run is the full run's prefix, 
   const lm::data_config d = tiny_data();
   lm::model_config m = tiny_model(d);
   m.schedule = "csa,full";
-  lm::train_config t;
-  t.steps = 60;
-  t.batch = 16;
-  t.eval_every = 10;
-  t.eval_sequences = 64;
-  t.threads = 1;
+  const lm::train_config t{.steps = 60, .batch = 16, .eval_every = 10, .eval_sequences = 64, .threads = 1};
   const auto full = lm::train(m, d, t, 5);
   REQUIRE(full.steps_done == 60);
   REQUIRE(full.history.size() == 7);  // steps 1, 10, …, 60
@@ -763,12 +753,7 @@ TEST_CASE("lm data seed: apart from the initialisation, the default is the run's
   const lm::data_config d = tiny_data();
   lm::model_config m = tiny_model(d);
   m.schedule = "csa,full";
-  lm::train_config t;
-  t.steps = 6;
-  t.batch = 8;
-  t.eval_every = 3;
-  t.eval_sequences = 32;
-  t.threads = 1;
+  const lm::train_config t{.steps = 6, .batch = 8, .eval_every = 3, .eval_sequences = 32, .threads = 1};
   auto losses = [](const lm::train_result& r) {
     std::vector<double> v;
     for (const auto& s : r.history) {
@@ -807,12 +792,7 @@ TEST_CASE("lm quick run with an indexer: the indexer's KL to the dense attention
   m.schedule = "csa,csa";
   m.top_k = 2;
   m.indexer_dim = 8;
-  lm::train_config t;
-  t.steps = 150;
-  t.batch = 16;
-  t.eval_every = 50;
-  t.eval_sequences = 64;
-  t.threads = 1;
+  const lm::train_config t{.steps = 150, .batch = 16, .eval_every = 50, .eval_sequences = 64, .threads = 1};
   const auto r = lm::train(m, d, t, 3);
   std::ostringstream curve;
   for (const auto& s : r.history) curve << s.step << ":" << s.indexer_kl << " ";
