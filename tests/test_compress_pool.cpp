@@ -628,7 +628,9 @@ TEST_CASE("compress: hand-computed channel gate and two-stream V4-CSA (d = 2, S 
 // The same parameters with an all-zero logit map take the per-entry path: the outputs must be
 // bitwise equal, masked leading entries and the scalar channel tail (d = 37, 72) included. With
 // post-processing, 203 tokens give several tiles of entries pooled in pairs
-// (channel_weighted_entries) and an odd one.
+// (channel_weighted_entries) and an odd one; on the W = 8, S = 4 grid without projections
+// (off = 0) the shared-row kernel (channel_weighted_entries_w8s4) takes the whole channel
+// groups (d = 64: all of them; 37, 72: some, then the general kernel and the scalar tail).
 template <class Real, class Arch>
 void bias_only_gate_equals_per_entry_path() {
   const kc::operator_spec specs[] = {
@@ -638,7 +640,7 @@ void bias_only_gate_equals_per_entry_path() {
       {.grid = {.window = 4, .stride = 4, .origin = 2}, .pool = kc::pool_kind::channel_gate}};
   for (const auto& s : specs) {
     for (const bool project : {false, true}) {
-      for (const index_t d : {index_t(16), index_t(37), index_t(72)}) {
+      for (const index_t d : {index_t(16), index_t(37), index_t(64), index_t(72)}) {
         kc::param_init init{.seed = 3, .project_payload = project, .out_dim = project ? d : 0, .bias_std = 1.3};
         const auto fast = kc::make_params<Real>(s, d, init, 0);
         REQUIRE(fast.w_z.size() == 0);

@@ -580,11 +580,12 @@ inline void channel_weighted_group(const Real* rows, index_t ld, index_t step_ld
   }
 }
 
-/// Channels [0, c) of P consecutive entries (channel_weighted_entries).
+/// Channels [k0, c) of P consecutive entries (channel_weighted_entries).
 template <index_t P, class Real, class Arch>
 inline void channel_weighted_row_group(const Real* rows, index_t ld, index_t step_ld, index_t split, index_t off,
-                                       const Real* pw, const Real* ps, index_t n, index_t c, Real* out) noexcept {
-  index_t k = 0;
+                                       const Real* pw, const Real* ps, index_t n, index_t c, Real* out,
+                                       index_t k0 = 0) noexcept {
+  index_t k = k0;
   if constexpr (!simd::is_scalar_v<Arch>) {
     constexpr index_t L = simd::lanes<Real, Arch>();
     for (; k + 4 * L <= c; k += 4 * L)
@@ -603,23 +604,72 @@ inline void channel_weighted_row_group(const Real* rows, index_t ld, index_t ste
   }
 }
 
+/// channel_weighted_entries on V4-CSA's grid (W = 8, S = 4) when every slot reads the same
+/// columns (off = 0: the payload is not split into two streams), for the channels [0, k) it
+/// returns (whole groups of U batches; U = 2 on 512-bit batches, 1 below, so the weights stay in
+/// registers). Each 4-row block of the run is loaded once and serves two entries: as slots 4–7
+/// of the entry before it (whose chain it ends) and slots 0–3 of its own entry (whose chain it
+/// starts). Every entry's sum is still the slot-ordered chain of FMAs the general kernel forms,
+/// so the bits are the same; the general kernel loads every shared row twice and each weight
+/// batch once per two entries.
+template <class Real, class Arch>
+inline index_t channel_weighted_entries_w8s4(const Real* rows, index_t ld, const Real* pw, const Real* ps, index_t c,
+                                             index_t m, Real* out) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size, U = sizeof(B) == 64 ? 2 : 1;
+  index_t k = 0;
+  for (; k + U * L <= c; k += U * L) {
+    B w[8][U], q[U], open[U];
+    for (index_t r = 0; r < 8; ++r)
+      for (index_t u = 0; u < U; ++u) w[r][u] = B::load_unaligned(pw + r * c + k + u * L);
+    for (index_t u = 0; u < U; ++u) {
+      q[u] = B::load_unaligned(ps + k + u * L);
+      B a(Real(0));
+      for (index_t r = 0; r < 4; ++r) a = simd::fma(w[r][u], B::load_unaligned(rows + r * ld + k + u * L), a);
+      open[u] = a;  // entry 0 after its slots 0–3
+    }
+    for (index_t i = 1; i <= m; ++i) {  // block i: rows 4i … 4i + 3
+      const Real* x = rows + 4 * i * ld + k;
+      for (index_t u = 0; u < U; ++u) {
+        B xr[4];
+        for (index_t r = 0; r < 4; ++r) xr[r] = B::load_unaligned(x + r * ld + u * L);
+        B a = open[u];
+        for (index_t r = 0; r < 4; ++r) a = simd::fma(w[4 + r][u], xr[r], a);
+        (a / q[u]).store_unaligned(out + (i - 1) * c + k + u * L);
+        if (i < m) {
+          B b(Real(0));
+          for (index_t r = 0; r < 4; ++r) b = simd::fma(w[r][u], xr[r], b);
+          open[u] = b;
+        }
+      }
+    }
+  }
+  return k;
+}
+
 /// out_i[k] = Σ_r pw[r·c + k]·pay_{i,r}[k] / ps[k] (channel_softmax_weights) for m consecutive
 /// entries i of a grid of stride `step` rows, accumulated as channel_softmax_pool accumulates:
 /// slot r of entry i reads rows + (i·step + r)·ld, plus `off` columns for the slots r ≥ split (a
 /// two-stream entry's own block reads stream b); entry i is written to out + i·c. Entries go in
 /// pairs, so two entries' FMA chains overlap instead of one entry's chains running one after
 /// another (groups of four were no faster on an AVX-512 Zen 5 core); every channel's sum is the
-/// same slot-ordered chain of FMAs whatever the group, so the bits do not depend on it.
+/// same slot-ordered chain of FMAs whatever the group, so the bits do not depend on it. On
+/// V4-CSA's grid with off = 0, channel_weighted_entries_w8s4 does the whole channel groups first.
 template <class Real, class Arch>
 inline void channel_weighted_entries(const Real* rows, index_t ld, index_t step, index_t split, index_t off,
                                      const Real* pw, const Real* ps, index_t n, index_t c, index_t m,
                                      Real* out) noexcept {
   constexpr index_t P = 2;
+  index_t k0 = 0;  // channels [0, k0) done by the shared-row kernel
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    if (off == 0 && n == 8 && step == 4 && m > 0) k0 = channel_weighted_entries_w8s4<Real, Arch>(rows, ld, pw, ps, c, m, out);
+  }
+  if (k0 == c) return;
   index_t i = 0;
   for (; i + P <= m; i += P)
-    channel_weighted_row_group<P, Real, Arch>(rows + i * step * ld, ld, step * ld, split, off, pw, ps, n, c, out + i * c);
+    channel_weighted_row_group<P, Real, Arch>(rows + i * step * ld, ld, step * ld, split, off, pw, ps, n, c, out + i * c, k0);
   for (; i < m; ++i)
-    channel_weighted_row_group<1, Real, Arch>(rows + i * step * ld, ld, 0, split, off, pw, ps, n, c, out + i * c);
+    channel_weighted_row_group<1, Real, Arch>(rows + i * step * ld, ld, 0, split, off, pw, ps, n, c, out + i * c, k0);
 }
 
 /// channel_weighted_entries of one entry.
