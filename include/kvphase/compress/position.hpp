@@ -205,36 +205,34 @@ struct rope_lane_swap {
 template <class Real, class Arch = simd::default_arch>
 inline void rotate_pairs(Real* r, const double* cs, index_t pairs) noexcept {
   index_t k = 0;
-  if constexpr (!simd::is_scalar_v<Arch>) {
-    if constexpr (simd::fused_fma<Arch>()) {
-      using D = xsimd::batch<double, Arch>;
-      using U = xsimd::batch<std::uint64_t, Arch>;
-      constexpr index_t L = static_cast<index_t>(D::size);  // doubles: L / 2 pairs
-      constexpr auto even = xsimd::make_batch_constant<U, detail::rope_lane_even>();
-      constexpr auto odd = xsimd::make_batch_constant<U, detail::rope_lane_odd>();
-      constexpr auto swap = xsimd::make_batch_constant<U, detail::rope_lane_swap>();
-      alignas(64) double sign_lanes[L];
-      for (index_t i = 0; i < L; ++i) sign_lanes[i] = (i % 2 == 0) ? -1.0 : 1.0;
-      const D sign = D::load_aligned(sign_lanes);
-      alignas(64) double x[L];
-      for (; k + L / 2 <= pairs; k += L / 2) {
-        Real* p = r + 2 * k;
-        D X;
-        if constexpr (std::is_same_v<Real, double>) {
-          X = D::load_unaligned(p);
-        } else {
-          for (index_t i = 0; i < L; ++i) x[i] = static_cast<double>(p[i]);
-          X = D::load_aligned(x);
-        }
-        const D C = D::load_unaligned(cs + 2 * k);
-        const D t = xsimd::swizzle(X, odd) * xsimd::swizzle(C, swap);  // x1·s, x1·c
-        const D y = simd::fma(xsimd::swizzle(X, even), C, t * sign);     // x0·c − x1·s, x0·s + x1·c
-        if constexpr (std::is_same_v<Real, double>) {
-          y.store_unaligned(p);
-        } else {
-          y.store_aligned(x);
-          for (index_t i = 0; i < L; ++i) p[i] = static_cast<Real>(x[i]);
-        }
+  if constexpr (simd::fused_fma<Arch>()) {  // false for the scalar tag
+    using D = xsimd::batch<double, Arch>;
+    using U = xsimd::batch<std::uint64_t, Arch>;
+    constexpr index_t L = static_cast<index_t>(D::size);  // doubles: L / 2 pairs
+    constexpr auto even = xsimd::make_batch_constant<U, detail::rope_lane_even>();
+    constexpr auto odd = xsimd::make_batch_constant<U, detail::rope_lane_odd>();
+    constexpr auto swap = xsimd::make_batch_constant<U, detail::rope_lane_swap>();
+    alignas(64) double sign_lanes[L];
+    for (index_t i = 0; i < L; ++i) sign_lanes[i] = (i % 2 == 0) ? -1.0 : 1.0;
+    const D sign = D::load_aligned(sign_lanes);
+    alignas(64) double x[L];
+    for (; k + L / 2 <= pairs; k += L / 2) {
+      Real* p = r + 2 * k;
+      D X;
+      if constexpr (std::is_same_v<Real, double>) {
+        X = D::load_unaligned(p);
+      } else {
+        for (index_t i = 0; i < L; ++i) x[i] = static_cast<double>(p[i]);
+        X = D::load_aligned(x);
+      }
+      const D C = D::load_unaligned(cs + 2 * k);
+      const D t = xsimd::swizzle(X, odd) * xsimd::swizzle(C, swap);  // x1·s, x1·c
+      const D y = simd::fma(xsimd::swizzle(X, even), C, t * sign);     // x0·c − x1·s, x0·s + x1·c
+      if constexpr (std::is_same_v<Real, double>) {
+        y.store_unaligned(p);
+      } else {
+        y.store_aligned(x);
+        for (index_t i = 0; i < L; ++i) p[i] = static_cast<Real>(x[i]);
       }
     }
   }
