@@ -661,7 +661,9 @@ inline void channel_weighted_entries(const Real* rows, index_t ld, index_t step,
                                      Real* out) noexcept {
   constexpr index_t P = 2;
   index_t k0 = 0;  // channels [0, k0) done by the shared-row kernel
-  if constexpr (!simd::is_scalar_v<Arch>) {
+  // (hardware-FMA paths only: on sse2 simd::fma is a·b + c, contracted or not by the compiler
+  // depending on the loop, so two kernels' chains need not round alike there)
+  if constexpr (simd::fused_fma<Arch>()) {
     if (off == 0 && n == 8 && step == 4 && m > 0) k0 = channel_weighted_entries_w8s4<Real, Arch>(rows, ld, pw, ps, c, m, out);
   }
   if (k0 == c) return;
