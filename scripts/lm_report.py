@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
-    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges] [--fold F]
     scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--drop G,G,...]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
@@ -25,6 +25,9 @@ e.g. the last key position of the context with --modulus = context; runs whose m
 small are left unchanged and flagged "drop n/a"; train_lm's period_p and uniformity_p, which saw
 every group, are then shown as "-").
 A run ended early by train_lm --stop-recall is labelled "(stopped at step N of M)".
+--fold F: fold the ablation tables mod F instead of 8 (e.g. 16 for per-head grids of stride 16,
+whose heads split pairs at different positions mod 16 but the same mod 8); the gate slot profiles'
+stability over the last half of training is printed after them.
 --edges: for runs with at least 16 groups, the misses at the last three key positions that have
 queries and at all the others.
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
@@ -212,12 +215,12 @@ def edge_table(runs):
         print(f"| {r['preset']} | {r['seed']} | {sum(miss)} | {other} | {cells} |")
 
 
-def ablation_tables(runs, B):
-    """Per knocked-out component: mean recall, recall per key position mod 8, and the period-S
-    test of the ablated counts."""
+def ablation_tables(runs, B, fold=8):
+    """Per knocked-out component: mean recall, recall per key position mod `fold` (mod the
+    run's modulus when `fold` does not divide it), and the period-S test of the ablated counts."""
     for r in [x for x in runs if x["ablation"]]:
         M = len(r["summary"]["trials"])
-        F = 8 if M % 8 == 0 else M
+        F = fold if M % fold == 0 else M
         S = r["model"]["stride"]
         print(f"\nAblation, {r['preset']} seed {r['seed']} (recall folded mod {F}; drop = intact - ablated):\n")
         print(f"| knocked out | mean recall | recall per group (mod {F}) | largest drop at | period-{S} p |")
@@ -243,6 +246,32 @@ def ablation_tables(runs, B):
             per = " ".join(f"{x:.3f}" for x in rec)
             pS = fmt_p(nt[S][1]) if S in nt else "-"
             print(f"| {name} | {sum(h) / sum(t):.3f} | {per} | {'-' if worst is None else f'{worst} ({drops[worst]:.3f})'} | {pS} |")
+
+
+def gate_stability(runs):
+    """Per run with gate slot profiles, per (layer, head): the largest change of any slot weight
+    between a step in the last half of training and the last step, and the two heaviest slots at
+    each of those steps (the same pair at every step: a stable preference)."""
+    withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
+    if not withprof:
+        return
+    print("\nGate slot profiles over the last half of training (steps >= last / 2):\n")
+    print("| run | layer | head | steps | max \\|weight - last\\| | top two slots at the last step | same top two at every step |")
+    print("|---|---|---|---|---|---|---|")
+    for r in withprof:
+        rows = [x for x in r["history"] if x["slot"] != ""]
+        last = max(int(x["step"]) for x in rows)
+        steps = sorted({int(x["step"]) for x in rows if int(x["step"]) * 2 >= last})
+        comps = sorted({(int(x["layer"]), x.get("head", "all")) for x in rows},
+                       key=lambda c: (c[0], -1 if c[1] == "all" else int(c[1])))
+        for l, h in comps:
+            w = {(int(x["step"]), int(x["slot"])): float(x["slot_weight"]) for x in rows
+                 if x["layer"] == str(l) and x.get("head", "all") == h}
+            slots = sorted({k for _, k in w})
+            top = {st: tuple(sorted(sorted(slots, key=lambda k: -w[(st, k)])[:2])) for st in steps}
+            mx = max(abs(w[(st, k)] - w[(last, k)]) for st in steps for k in slots)
+            print(f"| {r['preset']} seed {r['seed']} | {l} | {h} | {steps[0]}-{last} | {mx:.4f} | "
+                  f"{top[last][0]}, {top[last][1]} | {'yes' if len(set(top.values())) == 1 else 'no'} |")
 
 
 T_Q = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
@@ -520,6 +549,8 @@ def main(argv):
     ap.add_argument("--edges", action="store_true")
     ap.add_argument("--mitigation", action="store_true")
     ap.add_argument("--phase-mod", type=positive, default=4, metavar="P")
+    ap.add_argument("--fold", type=positive, default=8, metavar="F",
+                    help="fold the ablation tables mod F (default 8; the run's modulus when F does not divide it)")
     a = ap.parse_args(argv[1:])  # a bad option or value: argparse names it and exits 2
     runs = []
     try:
@@ -535,7 +566,8 @@ def main(argv):
         tables(runs, a.permutations, a.drop)
         if a.edges:
             edge_table(runs)
-        ablation_tables(runs, a.permutations)
+        ablation_tables(runs, a.permutations, a.fold)
+        gate_stability(runs)
         if a.figs:
             figures(runs, a.figs)
     except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError) as e:

@@ -71,6 +71,14 @@ for d in runs:
 check(any(x.startswith("| full (stopped at step 20 of 60) | 1 |") for x in rows), "the stopped full run's label")
 check(any(x.startswith("| csa | 2 | ") for x in rows), "the per-preset row of csa over 2 seeds")
 
+# ---- --fold: the ablation tables folded mod F; the gate-stability table beside them ----
+rc, text, err = run(runs[0], "--permutations", "199", "--fold", "4")
+check(rc == 0, f"--fold 4 exits 0 (got {rc}: {err})")
+check("(recall folded mod 4;" in text, "--fold 4 folds the ablation tables mod 4")
+abl = [ln for ln in text.splitlines() if ln.startswith("| layer ")]
+check(abl and all(len(ln.split("|")[3].split()) == 4 for ln in abl), "--fold 4: four recalls per ablation row")
+check("Gate slot profiles over the last half of training" in text, "the gate-stability table is printed")
+
 # ---- --mitigation: learned iff eval loss + 5 SE < ln(values) ----
 rc, text, err = run(*runs, "--mitigation", "--permutations", "199")
 check(rc == 0, f"--mitigation exits 0 (got {rc}: {err})")
@@ -126,6 +134,7 @@ for name, args, expect in [
     ("permutations 0", [runs[0], "--permutations", "0"], "--permutations"),
     ("permutations text", [runs[0], "--permutations", "x"], "--permutations"),
     ("drop text", [runs[0], "--drop", "a,b"], "--drop"),
+    ("fold 0", [runs[0], "--fold", "0"], "--fold"),
     ("unknown option", [runs[0], "--nothing"], "--nothing"),
     ("no run", [], "RUN_DIR"),
     ("missing dir", [os.path.join(out, "no_such_run")], "no_such_run: is not a directory"),
