@@ -749,6 +749,70 @@ TEST_CASE("compress: post-processing in tiles of entries gives each row its one-
   });
 }
 
+// A max pool with W = 2S reads each S-row block once (engine::max_entries, max_rows_second_block)
+// instead of pooling every entry's 2S rows (max_rows). Both must give every entry the same bits,
+// also where max is delicate: NaN (max_rows keeps a NaN only in an entry's first slot), signed
+// zeros and ties (the first of equal values is kept), ±∞. Grids with origins give masked first
+// entries; RMSNorm and RoPE the post-processing; d = 37 and 72 the scalar and one-batch tails;
+// several thread counts restart the blocks at every thread's first entry.
+template <class Real, class Arch>
+void max_blocks_match_per_entry_max() {
+  const Real inf = std::numeric_limits<Real>::infinity(), nan = std::numeric_limits<Real>::quiet_NaN();
+  const Real specials[] = {nan, Real(0), -Real(0), inf, -inf, Real(1), Real(1), -Real(1)};
+  const kc::operator_spec specs[] = {
+      {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::max},
+      {.grid = {.window = 2, .stride = 1, .origin = 1}, .pool = kc::pool_kind::max},
+      {.grid = {.window = 6, .stride = 3, .origin = 2}, .pool = kc::pool_kind::max, .rmsnorm = true,
+       .rope = {.anchor = kc::rope_anchor::centre, .theta = 10000.0, .rope_dim = 8}},
+      {.grid = {.window = 32, .stride = 16, .origin = 5}, .pool = kc::pool_kind::max}};
+  for (const auto& s : specs) {
+    for (const index_t d : {index_t(16), index_t(37), index_t(72), index_t(256)}) {
+      auto x = random_x<Real>(203, d, 13);
+      // about one value in five special, at positions that reach every slot of every entry
+      kvphase::rng::philox_stream pick(21, static_cast<std::uint64_t>(d));
+      for (index_t i = 0; i < x.size(); ++i) {
+        const double u = pick.uniform();
+        if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
+      }
+      if (s.rmsnorm) {  // RMSNorm of a row holding NaN or ∞ is NaN everywhere: keep only zeros and ties
+        for (index_t i = 0; i < x.size(); ++i)
+          if (!std::isfinite(x.data()[i])) x.data()[i] = -Real(0);
+      }
+      const kc::pool_params<Real> none;
+      const kvphase::compress::detail::engine<Real, Arch> fast(s, none, d, 0);
+      REQUIRE(fast.max_blocks);
+      auto slow = fast;
+      slow.max_blocks = false;
+      const index_t E = s.grid.num_entries(x.rows());
+      REQUIRE(E > 10);
+      for (const int threads : {1, 2, 3}) {
+        for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
+          const kc::compress_options opt{.threads = threads, .stores = stores};
+          matrix_t<Real> a(E, d), b(E, d);
+          kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), opt);
+          kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), opt);
+          INFO(Arch::name() << " " << s << " d " << d << " threads " << threads);
+          REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+          // and the public call takes the fast path
+          const auto c = kc::compress<Real, Arch>(s, none, x, 0, opt);
+          REQUIRE(std::memcmp(a.data(), c.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compress: max pools with W = 2S read each block once and keep the per-entry bits (NaN, ±0, ties, ±inf)",
+          "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      max_blocks_match_per_entry_max<float, Arch>();
+      max_blocks_match_per_entry_max<double, Arch>();
+    }
+  });
+}
+
 TEST_CASE("compress: simple pools by hand (mean, max, weights, masked first entry)", "[compress][pool]") {
   // W = 4, S = 2 (V4): entry 0 pools positions −2 … 1 (two masked slots), entry 1 pools 0 … 3.
   matrix_t<double> x(4, 1);

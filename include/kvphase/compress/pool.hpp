@@ -354,7 +354,8 @@ struct compress_options {
   store_mode stores = store_mode::automatic;
   /// Row ranges each thread walks in lockstep (more concurrent DRAM streams per core: faster when
   /// the input is not in cache, slower when it is). 0: automatic (4 when a thread's share of the
-  /// input exceeds 96 MiB, else 1). Results do not depend on it.
+  /// input exceeds 96 MiB and entries do not overlap (W ≤ S), else 1). Max pools with W = 2S walk
+  /// their entries in order whatever it says. Results do not depend on it.
   int interleave = 0;
   void validate() const {
     require(threads >= 0, "options.threads", threads, "must be >= 0");
@@ -496,6 +497,59 @@ inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* o
     Real m = rows[k];
     for (index_t r = 1; r < n; ++r) m = std::max(m, rows[r * ld + k]);
     out[k] = m;
+  }
+}
+
+/// One entry of a max pool on a grid with W = 2S, reading only its second block: `rows` are
+/// that block's S rows (stride ld), `ring` holds max_rows of the entry's first block (computed
+/// when that block was the previous entry's second one). out = max_rows of all 2S rows, bit for
+/// bit, and ring becomes max_rows of this second block, for the next entry. So every token row
+/// is read once instead of twice (harness on Zen 5, N = 16384, d = 4096: 10.9 ms against 12.6
+/// for max_rows over the 8 rows; docs/performance.md).
+///
+/// Why the bits agree: max_rows' chain acc ← max(x_r, acc) (x86's max: x_r > acc ? x_r : acc)
+/// returns NaN when x_0 is NaN and otherwise the first of the largest non-NaN values. Here the
+/// second block's chain starts at −∞, so m2 is the first largest non-NaN value of x_S … x_2S−1
+/// (or −∞); max(m2, m1) then gives what the chain over all 2S rows gives (m1 NaN stays NaN; a
+/// tie keeps the earlier m1), and max(m2, x_S) is that block's own chain from x_S (x_S NaN:
+/// NaN; otherwise the first largest value, x_S itself on a tie).
+template <class Real, class Arch>
+inline void max_rows_second_block(const Real* rows, index_t ld, index_t S, index_t c, Real* ring, Real* out,
+                                  bool nt = false) noexcept {
+  index_t k = 0;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    using B = xsimd::batch<Real, Arch>;
+    constexpr index_t L = B::size;
+    constexpr index_t U = 8;
+    const B lowest(-std::numeric_limits<Real>::infinity());
+    for (; k + U * L <= c; k += U * L) {
+      B acc[U];
+      for (index_t u = 0; u < U; ++u) acc[u] = lowest;
+      for (index_t r = 0; r < S; ++r) {
+        const Real* src = rows + r * ld + k;
+        for (index_t u = 0; u < U; ++u) acc[u] = xsimd::max(B::load_unaligned(src + u * L), acc[u]);
+      }
+      for (index_t u = 0; u < U; ++u) {
+        const B o = xsimd::max(acc[u], B::load_unaligned(ring + k + u * L));
+        xsimd::max(acc[u], B::load_unaligned(rows + k + u * L)).store_unaligned(ring + k + u * L);
+        if (nt) stream_store<Real, Arch>(out + k + u * L, o);
+        else o.store_unaligned(out + k + u * L);
+      }
+    }
+    for (; k + L <= c; k += L) {
+      B acc = lowest;
+      for (index_t r = 0; r < S; ++r) acc = xsimd::max(B::load_unaligned(rows + r * ld + k), acc);
+      const B o = xsimd::max(acc, B::load_unaligned(ring + k));
+      xsimd::max(acc, B::load_unaligned(rows + k)).store_unaligned(ring + k);
+      if (nt) stream_store<Real, Arch>(out + k, o);
+      else o.store_unaligned(out + k);
+    }
+  }
+  for (; k < c; ++k) {
+    Real m = -std::numeric_limits<Real>::infinity();
+    for (index_t r = 0; r < S; ++r) m = std::max(m, rows[r * ld + k]);
+    out[k] = std::max(ring[k], m);
+    ring[k] = std::max(rows[k], m);
   }
 }
 
@@ -770,6 +824,7 @@ struct engine {
   bool do_rope = false;
   index_t scratch_size = 0;        ///< Reals of per-thread scratch
   std::vector<Real> gate_w, gate_s; ///< bias-only channel gates: channel_softmax_weights of a complete entry
+  bool max_blocks = false;         ///< max pool with W = 2S on a SIMD path: max_entries (each row read once)
 
   engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
       : spec(&s), p(&prm), g(s.head_grid(head)), d(d_), c(prm.output_dim(s, d_)), W(s.grid.window),
@@ -790,6 +845,8 @@ struct engine {
     sc += W;                                          // slot weights / logits
     if (k == pool_kind::channel_gate || k == pool_kind::two_stream) sc += W * L;
     if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
+    max_blocks = !simd::is_scalar_v<Arch> && k == pool_kind::max && W == 2 * S;
+    if (max_blocks) sc += c;                          // the previous block's maxima
     scratch_size = sc + 64;
     // The once-per-call weights give the per-entry kernel's bits only where both kernels' multiply-
     // adds round once: hardware-FMA paths and the scalar path (std::fma). On sse2, simd::fma is
@@ -857,6 +914,27 @@ struct engine {
     }
     for (; i < m; ++i) pool(R, e + i, tile + i * c, false, scratch + c, ptrs);
     finish_tile(tile, m, e, dst, nt, rc);
+  }
+
+  /// Entries [a, b) of a max pool with W = 2S (max_blocks) into dst (row i = entry a + i), each
+  /// with entry()'s bits: entries with masked leading slots one by one, then the rest from their
+  /// second blocks (max_rows_second_block), the first entry's first block pooled once into the
+  /// ring. `scratch`: the post-processing row buffer, then the ring (c values each).
+  void max_entries(const rows_t& R, index_t a, index_t b, Real* dst, bool nt, Real* scratch, const Real** ptrs,
+                   double* rc = nullptr) const noexcept {
+    index_t e = a;
+    for (; e < b && g.sources(e).first < 0; ++e)
+      entry(R, e, dst + (e - a) * c, nt, scratch, ptrs, rope_slot(rc, e - a));
+    if (e == b) return;
+    Real* ring = scratch + c;
+    const Real* first = R.x + (g.sources(e).first - R.pos0) * R.ldx;
+    max_rows<Real, Arch>(first, R.ldx, S, c, ring);
+    for (; e < b; ++e, first += S * R.ldx) {
+      Real* d_e = dst + (e - a) * c;
+      Real* row = post ? scratch : d_e;
+      max_rows_second_block<Real, Arch>(first + S * R.ldx, R.ldx, S, c, ring, row, nt && !post);
+      if (post) finish(row, e, d_e, nt, rope_slot(rc, e - a));
+    }
   }
 
   /// Pools entry e (no post-processing) into `row` (c values; with direct_nt aligned and written
@@ -1259,7 +1337,11 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
   for (auto& s : ptrs)
     if (s.size() < static_cast<std::size_t>(3 * spec.grid.window)) s.resize(static_cast<std::size_t>(3 * spec.grid.window));
   const std::size_t share = static_cast<std::size_t>(nrows * d) * sizeof(Real) / static_cast<std::size_t>(nt);
-  const index_t q = opt.interleave > 0 ? opt.interleave : (share > (std::size_t(96) << 20) ? 4 : 1);
+  // automatic lockstep only on grids without overlap: with W > S it was slower on Zen 5 in 8 of 9
+  // in-process rounds (fixed weights, W = 8, S = 4, N = 16384, d = 4096 and 512, 1 and 2 threads:
+  // 1–6 %) and no faster on the Xeon (docs/performance.md)
+  const index_t q = opt.interleave > 0 ? opt.interleave
+                                       : (share > (std::size_t(96) << 20) && eng.W <= eng.S ? 4 : 1);
   auto& tiles = ws.tiles;
   if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
   // the entries' RoPE cache: only a caller's workspace outlives the call
@@ -1284,7 +1366,9 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     }
     Real* sc = scratch[static_cast<std::size_t>(tid)].data();
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
-    if ((q <= 1 || b - a < 4 * q) && eng.post) {
+    if (eng.max_blocks) {
+      eng.max_entries(R, a, b, out + (a - e0) * c, nt_store, sc, pt, eng.rope_slot(rc, a - e0));
+    } else if ((q <= 1 || b - a < 4 * q) && eng.post) {
       constexpr index_t T = engine<Real, Arch>::tile_rows;
       auto& tile = tiles[static_cast<std::size_t>(tid)];
       if (tile.size() < static_cast<std::size_t>(T * c)) tile.resize(static_cast<std::size_t>(T * c));
