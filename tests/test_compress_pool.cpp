@@ -749,66 +749,81 @@ TEST_CASE("compress: post-processing in tiles of entries gives each row its one-
   });
 }
 
-// A max pool with W = 2S reads each S-row block once (engine::max_entries, max_rows_second_block)
-// instead of pooling every entry's 2S rows (max_rows). Both must give every entry the same bits,
-// also where max is delicate: NaN (max_rows keeps a NaN only in an entry's first slot), signed
-// zeros and ties (the first of equal values is kept), ±∞. Grids with origins give masked first
-// entries; RMSNorm and RoPE the post-processing; d = 37 and 72 the scalar and one-batch tails;
-// several thread counts restart the blocks at every thread's first entry.
+// Pools with W = 2S read each S-row block once (engine::block_entries): max pools keep the
+// previous block's maxima (max_rows_second_block), fixed-weight linear pools the first half of
+// the next entry's FMA chain (weighted_rows_second_block), instead of pooling every entry's 2S
+// rows (max_rows, weighted_rows). Both must give every entry the same bits, also where max is
+// delicate: NaN (max_rows keeps a NaN only in an entry's first slot), signed zeros and ties (the
+// first of equal values is kept), ±∞. Grids with origins give masked first entries; RMSNorm and
+// RoPE the post-processing; d = 37 and 72 the scalar and one-batch channel tails; several thread
+// counts restart the blocks at every thread's first entry.
 template <class Real, class Arch>
-void max_blocks_match_per_entry_max() {
+void pair_blocks_match_per_entry_pools() {
   const Real inf = std::numeric_limits<Real>::infinity(), nan = std::numeric_limits<Real>::quiet_NaN();
   const Real specials[] = {nan, Real(0), -Real(0), inf, -inf, Real(1), Real(1), -Real(1)};
-  const kc::operator_spec specs[] = {
+  std::vector<kc::operator_spec> specs = {
       {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::max},
       {.grid = {.window = 2, .stride = 1, .origin = 1}, .pool = kc::pool_kind::max},
       {.grid = {.window = 6, .stride = 3, .origin = 2}, .pool = kc::pool_kind::max, .rmsnorm = true,
        .rope = {.anchor = kc::rope_anchor::centre, .theta = 10000.0, .rope_dim = 8}},
-      {.grid = {.window = 32, .stride = 16, .origin = 5}, .pool = kc::pool_kind::max}};
+      {.grid = {.window = 32, .stride = 16, .origin = 5}, .pool = kc::pool_kind::max},
+      {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean},
+      {.grid = {.window = 8, .stride = 4, .origin = 3}, .pool = kc::pool_kind::weights,
+       .slot_weights = {0.05, 0.1, 0.15, 0.0, 0.4, 0.15, 0.25, 0.1}},
+      {.grid = {.window = 4, .stride = 2, .origin = 1}, .pool = kc::pool_kind::slot_gate,
+       .slot_bias = {0.3, -1.2, 0.7, 0.1}, .rmsnorm = true,
+       .rope = {.anchor = kc::rope_anchor::start, .theta = 10000.0, .rope_dim = 8}},
+      {.grid = {.window = 32, .stride = 16}, .pool = kc::pool_kind::mean}};
   for (const auto& s : specs) {
     for (const index_t d : {index_t(16), index_t(37), index_t(72), index_t(256)}) {
-      auto x = random_x<Real>(203, d, 13);
-      // about one value in five special, at positions that reach every slot of every entry
-      kvphase::rng::philox_stream pick(21, static_cast<std::uint64_t>(d));
-      for (index_t i = 0; i < x.size(); ++i) {
-        const double u = pick.uniform();
-        if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
-      }
-      if (s.rmsnorm) {  // RMSNorm of a row holding NaN or ∞ is NaN everywhere: keep only zeros and ties
-        for (index_t i = 0; i < x.size(); ++i)
-          if (!std::isfinite(x.data()[i])) x.data()[i] = -Real(0);
-      }
-      const kc::pool_params<Real> none;
-      const kvphase::compress::detail::engine<Real, Arch> fast(s, none, d, 0);
-      REQUIRE(fast.max_blocks);
-      auto slow = fast;
-      slow.max_blocks = false;
-      const index_t E = s.grid.num_entries(x.rows());
-      REQUIRE(E > 10);
-      for (const int threads : {1, 2, 3}) {
-        for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
-          const kc::compress_options opt{.threads = threads, .stores = stores};
-          matrix_t<Real> a(E, d), b(E, d);
-          kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), opt);
-          kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), opt);
-          INFO(Arch::name() << " " << s << " d " << d << " threads " << threads);
-          REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
-          // and the public call takes the fast path
-          const auto c = kc::compress<Real, Arch>(s, none, x, 0, opt);
-          REQUIRE(std::memcmp(a.data(), c.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+      for (const bool project : {false, true}) {
+        if (project && s.pool != kc::pool_kind::slot_gate) continue;  // the payload map: slot_gate only
+        auto x = random_x<Real>(203, d, 13);
+        // about one value in five special, at positions that reach every slot of every entry
+        kvphase::rng::philox_stream pick(21, static_cast<std::uint64_t>(d));
+        for (index_t i = 0; i < x.size(); ++i) {
+          const double u = pick.uniform();
+          if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
+        }
+        if (s.rmsnorm || project) {  // NaN or ∞ would make whole rows NaN: keep zeros and ties only
+          for (index_t i = 0; i < x.size(); ++i)
+            if (!std::isfinite(x.data()[i])) x.data()[i] = -Real(0);
+        }
+        const kc::param_init init{.seed = 4, .project_payload = project, .out_dim = project ? d + 3 : 0};
+        const auto p = kc::make_params<Real>(s, d, init, 0);
+        const kvphase::compress::detail::engine<Real, Arch> fast(s, p, d, 0);
+        const bool fma_path = simd::fused_fma<Arch>();
+        REQUIRE(fast.pair_blocks == (s.pool == kc::pool_kind::max || fma_path));
+        if (!fast.pair_blocks) continue;
+        auto slow = fast;
+        slow.pair_blocks = false;
+        const index_t E = s.grid.num_entries(x.rows()), c = fast.c;
+        REQUIRE(E > 10);
+        for (const int threads : {1, 2, 3}) {
+          for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
+            const kc::compress_options opt{.threads = threads, .stores = stores};
+            matrix_t<Real> a(E, c), b(E, c);
+            kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), opt);
+            kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), opt);
+            INFO(Arch::name() << " " << s << " d " << d << " project " << project << " threads " << threads);
+            REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+            // and the public call takes the fast path
+            const auto o = kc::compress<Real, Arch>(s, p, x, 0, opt);
+            REQUIRE(std::memcmp(a.data(), o.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("compress: max pools with W = 2S read each block once and keep the per-entry bits (NaN, ±0, ties, ±inf)",
+TEST_CASE("compress: pools with W = 2S read each block once and keep the per-entry bits (NaN, ±0, ties, ±inf)",
           "[compress][pool]") {
   simd::for_each_arch([](auto arch) {
     using Arch = decltype(arch);
     if constexpr (!simd::is_scalar_v<Arch>) {
-      max_blocks_match_per_entry_max<float, Arch>();
-      max_blocks_match_per_entry_max<double, Arch>();
+      pair_blocks_match_per_entry_pools<float, Arch>();
+      pair_blocks_match_per_entry_pools<double, Arch>();
     }
   });
 }
@@ -962,6 +977,21 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
   const auto e = kc::compress(s, x, 0, {.threads = 2, .interleave = 3});
   CHECK(a == c);
   CHECK(a == e);
+  // RMSNorm at a width with a scalar tail on every path: the thread split moves rows between the
+  // tiles' batched inverses and the one-row ones (and interleave > 1 takes the one-entry path), so
+  // a sum of squares must not depend on the code around it (simd::dot)
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    const kc::operator_spec r{.grid = {.window = 5, .stride = 3}, .pool = kc::pool_kind::mean, .rmsnorm = true};
+    for (const index_t d : {index_t(37), index_t(21)}) {
+      const auto x = random_x<float>(211, d, 5);
+      const kc::pool_params<float> none;
+      const auto one = kc::compress<float, Arch>(r, none, x, 0, {.threads = 1});
+      INFO(Arch::name() << " d " << d);
+      for (const int t : {2, 3}) CHECK(kc::compress<float, Arch>(r, none, x, 0, {.threads = t}) == one);
+      CHECK(kc::compress<float, Arch>(r, none, x, 0, {.threads = 1, .interleave = 2}) == one);
+    }
+  });
 }
 
 // On hardware-FMA paths the projections and the MLP run on the library's packed kernel

@@ -142,7 +142,14 @@ inline Real dot(const Real* a, const Real* b, index_t n) noexcept {
     }
     for (; i + L <= n; i += L) s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
     Real s = hsum((s0 + s1) + (s2 + s3));
-    for (; i < n; ++i) s += a[i] * b[i];
+    if constexpr (fused_fma<Arch>()) {
+      // one rounding per step, written out: `s += a·b` is contracted or not depending on the
+      // context the loop is inlined into, and one row's sum must not depend on its caller
+      // (RMSNorm of a tile of entries against one entry: compress/position.hpp, rms_inverses)
+      for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+    } else {
+      for (; i < n; ++i) s += a[i] * b[i];
+    }
     return s;
   }
 }
