@@ -749,14 +749,13 @@ TEST_CASE("compress: post-processing in tiles of entries gives each row its one-
   });
 }
 
-// Pools with W = 2S read each S-row block once (engine::block_entries): max pools keep the
-// previous block's maxima (max_rows_second_block), fixed-weight linear pools the first half of
-// the next entry's FMA chain (weighted_rows_second_block), instead of pooling every entry's 2S
-// rows (max_rows, weighted_rows). Both must give every entry the same bits, also where max is
-// delicate: NaN (max_rows keeps a NaN only in an entry's first slot), signed zeros and ties (the
-// first of equal values is kept), ±∞. Grids with origins give masked first entries; RMSNorm and
-// RoPE the post-processing; d = 37 and 72 the scalar and one-batch channel tails; several thread
-// counts restart the blocks at every thread's first entry.
+// A max pool with W = 2S reads each S-row block once (engine::block_entries,
+// max_rows_second_block) instead of pooling every entry's 2S rows (max_rows). Both must give
+// every entry the same bits, also where max is delicate: NaN (max_rows keeps a NaN only in an
+// entry's first slot), signed zeros and ties (the first of equal values is kept), ±∞. Grids with
+// origins give masked first entries; RMSNorm and RoPE the post-processing; d = 37 and 72 the
+// scalar and one-batch channel tails; several thread counts restart the blocks at every thread's
+// first entry. Linear pools on the same grids keep the per-entry kernel.
 template <class Real, class Arch>
 void pair_blocks_match_per_entry_pools() {
   const Real inf = std::numeric_limits<Real>::infinity(), nan = std::numeric_limits<Real>::quiet_NaN();
@@ -792,8 +791,7 @@ void pair_blocks_match_per_entry_pools() {
         const kc::param_init init{.seed = 4, .project_payload = project, .out_dim = project ? d + 3 : 0};
         const auto p = kc::make_params<Real>(s, d, init, 0);
         const kvphase::compress::detail::engine<Real, Arch> fast(s, p, d, 0);
-        const bool fma_path = simd::fused_fma<Arch>();
-        REQUIRE(fast.pair_blocks == (s.pool == kc::pool_kind::max || fma_path));
+        REQUIRE(fast.pair_blocks == (s.pool == kc::pool_kind::max));
         if (!fast.pair_blocks) continue;
         auto slow = fast;
         slow.pair_blocks = false;
@@ -817,7 +815,7 @@ void pair_blocks_match_per_entry_pools() {
   }
 }
 
-TEST_CASE("compress: pools with W = 2S read each block once and keep the per-entry bits (NaN, ±0, ties, ±inf)",
+TEST_CASE("compress: max pools with W = 2S read each block once and keep the per-entry bits (NaN, ±0, ties, ±inf)",
           "[compress][pool]") {
   simd::for_each_arch([](auto arch) {
     using Arch = decltype(arch);

@@ -506,65 +506,6 @@ inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* o
   }
 }
 
-/// One entry of a linear pool (fixed slot weights w[0 … 2S)) on a grid with W = 2S, reading only
-/// its second block: `rows` are that block's S rows (stride ld); `ring` holds weighted_rows' chain
-/// of the entry's first S slots (w[0 … S) over its first block, computed when that block was the
-/// previous entry's second one). The chain goes on over this block with w[S … 2S) into out,
-/// which gets weighted_rows' bits over all 2S rows, and ring becomes this block's chain with
-/// w[0 … S), the next entry's start: each loaded value feeds two FMAs, and every row is read once
-/// instead of twice. For hardware-FMA paths only (both chains round once per step, as
-/// weighted_rows' do there); the channels past the last full batch are left to weighted_rows.
-/// Returns the number of channels done (a multiple of the batch width); same bits as
-/// weighted_rows over all 2S rows (tested on every SIMD path with the per-entry kernel).
-template <class Real, class Arch>
-inline index_t weighted_rows_second_block(const Real* rows, index_t ld, const Real* w, index_t S, index_t c,
-                                          Real* ring, Real* out, bool nt = false) noexcept {
-  if constexpr (simd::is_scalar_v<Arch>) {
-    return 0;  // not used there (engine::pair_blocks)
-  } else {
-  using B = xsimd::batch<Real, Arch>;
-  constexpr index_t L = B::size;
-  constexpr index_t U = sizeof(B) >= 64 ? 8 : 4;  // two accumulators per batch: 16 of 32 zmm, 8 of 16 ymm
-  index_t k = 0;
-  for (; k + U * L <= c; k += U * L) {
-    B acc[U], nxt[U];
-    const B w0(w[0]), ws(w[S]);
-    for (index_t u = 0; u < U; ++u) {
-      const B v = B::load_unaligned(rows + k + u * L);
-      acc[u] = simd::fma(ws, v, B::load_unaligned(ring + k + u * L));
-      nxt[u] = w0 * v;
-    }
-    for (index_t r = 1; r < S; ++r) {
-      const Real* src = rows + r * ld + k;
-      const B wa(w[S + r]), wb(w[r]);
-      for (index_t u = 0; u < U; ++u) {
-        const B v = B::load_unaligned(src + u * L);
-        acc[u] = simd::fma(wa, v, acc[u]);
-        nxt[u] = simd::fma(wb, v, nxt[u]);
-      }
-    }
-    for (index_t u = 0; u < U; ++u) {
-      nxt[u].store_unaligned(ring + k + u * L);
-      if (nt) stream_store<Real, Arch>(out + k + u * L, acc[u]);
-      else acc[u].store_unaligned(out + k + u * L);
-    }
-  }
-  for (; k + L <= c; k += L) {
-    const B v0 = B::load_unaligned(rows + k);
-    B acc = simd::fma(B(w[S]), v0, B::load_unaligned(ring + k)), nxt = B(w[0]) * v0;
-    for (index_t r = 1; r < S; ++r) {
-      const B v = B::load_unaligned(rows + r * ld + k);
-      acc = simd::fma(B(w[S + r]), v, acc);
-      nxt = simd::fma(B(w[r]), v, nxt);
-    }
-    nxt.store_unaligned(ring + k);
-    if (nt) stream_store<Real, Arch>(out + k, acc);
-    else acc.store_unaligned(out + k);
-  }
-  return k;
-  }
-}
-
 /// One entry of a max pool on a grid with W = 2S, reading only its second block: `rows` are
 /// that block's S rows (stride ld), `ring` holds max_rows of the entry's first block (computed
 /// when that block was the previous entry's second one). out = max_rows of all 2S rows, bit for
@@ -889,8 +830,10 @@ struct engine {
   bool do_rope = false;
   index_t scratch_size = 0;        ///< Reals of per-thread scratch
   std::vector<Real> gate_w, gate_s; ///< bias-only channel gates: channel_softmax_weights of a complete entry
-  /// W = 2S on a SIMD path, max pools and fixed-weight linear pools (the latter on hardware-FMA
-  /// paths): block_entries, each token row read once
+  /// A max pool with W = 2S on a SIMD path: block_entries, each token row read once. (The same
+  /// scheme for fixed-weight linear pools, each loaded value feeding the ending and the starting
+  /// FMA chain, was measured and left out: 10 % faster at d = 512 but 13 % slower at d = 4096;
+  /// docs/performance.md.)
   bool pair_blocks = false;
 
   engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
@@ -912,9 +855,8 @@ struct engine {
     sc += W;                                          // slot weights / logits
     if (k == pool_kind::channel_gate || k == pool_kind::two_stream) sc += W * L;
     if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
-    pair_blocks = !simd::is_scalar_v<Arch> && W == 2 * S &&
-                  (k == pool_kind::max || (linear && simd::fused_fma<Arch>()));
-    if (pair_blocks) sc += c;                         // the ring: the previous block's maxima or chain
+    pair_blocks = !simd::is_scalar_v<Arch> && W == 2 * S && k == pool_kind::max;
+    if (pair_blocks) sc += c;                         // the ring: the previous block's maxima
     scratch_size = sc + 64;
     // The once-per-call weights give the per-entry kernel's bits only where both kernels' multiply-
     // adds round once: hardware-FMA paths and the scalar path (std::fma). On sse2, simd::fma is
@@ -984,11 +926,10 @@ struct engine {
     finish_tile(tile, m, e, dst, nt, rc);
   }
 
-  /// Entries [a, b) of a pool with W = 2S (pair_blocks) into dst (row i = entry a + i), each with
-  /// entry()'s bits: entries with masked leading slots one by one, then the rest from their second
-  /// blocks (max_rows_second_block, weighted_rows_second_block and weighted_rows for the channel
-  /// tail), the first entry's first block pooled once into the ring. `scratch`: the post-
-  /// processing row buffer, then the ring (c values each).
+  /// Entries [a, b) of a max pool with W = 2S (pair_blocks) into dst (row i = entry a + i), each
+  /// with entry()'s bits: entries with masked leading slots one by one, then the rest from their
+  /// second blocks (max_rows_second_block), the first entry's first block pooled once into the
+  /// ring. `scratch`: the post-processing row buffer, then the ring (c values each).
   void block_entries(const rows_t& R, index_t a, index_t b, Real* dst, bool nt, Real* scratch, const Real** ptrs,
                      double* rc = nullptr) const noexcept {
     index_t e = a;
@@ -996,24 +937,12 @@ struct engine {
       entry(R, e, dst + (e - a) * c, nt, scratch, ptrs, rope_slot(rc, e - a));
     if (e == b) return;
     Real* ring = scratch + c;
-    const bool mx = spec->pool == pool_kind::max;
-    const Real* src = mx ? R.x : R.pay;
-    const index_t ld = mx ? R.ldx : R.ldp;
-    const Real* first = src + (g.sources(e).first - R.pos0) * ld;
-    if (mx) max_rows<Real, Arch>(first, ld, S, c, ring);
-    else weighted_rows<Real, Arch>(first, ld, w_full.data(), S, c, ring);
-    for (; e < b; ++e, first += S * ld) {
+    const Real* first = R.x + (g.sources(e).first - R.pos0) * R.ldx;
+    max_rows<Real, Arch>(first, R.ldx, S, c, ring);
+    for (; e < b; ++e, first += S * R.ldx) {
       Real* d_e = dst + (e - a) * c;
       Real* row = post ? scratch : d_e;
-      const bool direct_nt = nt && !post;
-      if (mx) {
-        max_rows_second_block<Real, Arch>(first + S * ld, ld, S, c, ring, row, direct_nt);
-      } else {
-        const index_t k = weighted_rows_second_block<Real, Arch>(first + S * ld, ld, w_full.data(), S, c, ring, row,
-                                                                 direct_nt);
-        // the channel tail (< one batch): the per-entry kernel over all 2S rows
-        if (k < c) weighted_rows<Real, Arch>(first + k, ld, w_full.data(), W, c - k, row + k);
-      }
+      max_rows_second_block<Real, Arch>(first + S * R.ldx, R.ldx, S, c, ring, row, nt && !post);
       if (post) finish(row, e, d_e, nt, rope_slot(rc, e - a));
     }
   }
