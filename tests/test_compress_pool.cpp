@@ -755,60 +755,50 @@ TEST_CASE("compress: post-processing in tiles of entries gives each row its one-
 // entry's first slot), signed zeros and ties (the first of equal values is kept), ±∞. Grids with
 // origins give masked first entries; RMSNorm and RoPE the post-processing; d = 37 and 72 the
 // scalar and one-batch channel tails; several thread counts restart the blocks at every thread's
-// first entry. Linear pools on the same grids keep the per-entry kernel.
+// first entry. Linear pools on the same grid keep the per-entry kernel.
 template <class Real, class Arch>
-void pair_blocks_match_per_entry_pools() {
+void max_blocks_match_per_entry_max() {
   const Real inf = std::numeric_limits<Real>::infinity(), nan = std::numeric_limits<Real>::quiet_NaN();
   const Real specials[] = {nan, Real(0), -Real(0), inf, -inf, Real(1), Real(1), -Real(1)};
-  std::vector<kc::operator_spec> specs = {
+  const kc::operator_spec specs[] = {
       {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::max},
       {.grid = {.window = 2, .stride = 1, .origin = 1}, .pool = kc::pool_kind::max},
       {.grid = {.window = 6, .stride = 3, .origin = 2}, .pool = kc::pool_kind::max, .rmsnorm = true,
        .rope = {.anchor = kc::rope_anchor::centre, .theta = 10000.0, .rope_dim = 8}},
-      {.grid = {.window = 32, .stride = 16, .origin = 5}, .pool = kc::pool_kind::max},
-      {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean},
-      {.grid = {.window = 8, .stride = 4, .origin = 3}, .pool = kc::pool_kind::weights,
-       .slot_weights = {0.05, 0.1, 0.15, 0.0, 0.4, 0.15, 0.25, 0.1}},
-      {.grid = {.window = 4, .stride = 2, .origin = 1}, .pool = kc::pool_kind::slot_gate,
-       .slot_bias = {0.3, -1.2, 0.7, 0.1}, .rmsnorm = true,
-       .rope = {.anchor = kc::rope_anchor::start, .theta = 10000.0, .rope_dim = 8}},
-      {.grid = {.window = 32, .stride = 16}, .pool = kc::pool_kind::mean}};
+      {.grid = {.window = 32, .stride = 16, .origin = 5}, .pool = kc::pool_kind::max}};
+  const kc::pool_params<Real> none;
+  const kc::operator_spec mean{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean};
+  REQUIRE_FALSE((kvphase::compress::detail::engine<Real, Arch>(mean, none, 16, 0).pair_blocks));
   for (const auto& s : specs) {
     for (const index_t d : {index_t(16), index_t(37), index_t(72), index_t(256)}) {
-      for (const bool project : {false, true}) {
-        if (project && s.pool != kc::pool_kind::slot_gate) continue;  // the payload map: slot_gate only
-        auto x = random_x<Real>(203, d, 13);
-        // about one value in five special, at positions that reach every slot of every entry
-        kvphase::rng::philox_stream pick(21, static_cast<std::uint64_t>(d));
-        for (index_t i = 0; i < x.size(); ++i) {
-          const double u = pick.uniform();
-          if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
-        }
-        if (s.rmsnorm || project) {  // NaN or ∞ would make whole rows NaN: keep zeros and ties only
-          for (index_t i = 0; i < x.size(); ++i)
-            if (!std::isfinite(x.data()[i])) x.data()[i] = -Real(0);
-        }
-        const kc::param_init init{.seed = 4, .project_payload = project, .out_dim = project ? d + 3 : 0};
-        const auto p = kc::make_params<Real>(s, d, init, 0);
-        const kvphase::compress::detail::engine<Real, Arch> fast(s, p, d, 0);
-        REQUIRE(fast.pair_blocks == (s.pool == kc::pool_kind::max));
-        if (!fast.pair_blocks) continue;
-        auto slow = fast;
-        slow.pair_blocks = false;
-        const index_t E = s.grid.num_entries(x.rows()), c = fast.c;
-        REQUIRE(E > 10);
-        for (const int threads : {1, 2, 3}) {
-          for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
-            const kc::compress_options opt{.threads = threads, .stores = stores};
-            matrix_t<Real> a(E, c), b(E, c);
-            kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), opt);
-            kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), opt);
-            INFO(Arch::name() << " " << s << " d " << d << " project " << project << " threads " << threads);
-            REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
-            // and the public call takes the fast path
-            const auto o = kc::compress<Real, Arch>(s, p, x, 0, opt);
-            REQUIRE(std::memcmp(a.data(), o.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
-          }
+      auto x = random_x<Real>(203, d, 13);
+      // about one value in five special, at positions that reach every slot of every entry
+      kvphase::rng::philox_stream pick(21, static_cast<std::uint64_t>(d));
+      for (index_t i = 0; i < x.size(); ++i) {
+        const double u = pick.uniform();
+        if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
+      }
+      if (s.rmsnorm) {  // NaN or ∞ would make whole rows NaN: keep zeros and ties only
+        for (index_t i = 0; i < x.size(); ++i)
+          if (!std::isfinite(x.data()[i])) x.data()[i] = -Real(0);
+      }
+      const kvphase::compress::detail::engine<Real, Arch> fast(s, none, d, 0);
+      REQUIRE(fast.pair_blocks);
+      auto slow = fast;
+      slow.pair_blocks = false;
+      const index_t E = s.grid.num_entries(x.rows());
+      REQUIRE(E > 10);
+      for (const int threads : {1, 2, 3}) {
+        for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
+          const kc::compress_options opt{.threads = threads, .stores = stores};
+          matrix_t<Real> a(E, d), b(E, d);
+          kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), opt);
+          kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), opt);
+          INFO(Arch::name() << " " << s << " d " << d << " threads " << threads);
+          REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+          // and the public call takes the fast path
+          const auto o = kc::compress<Real, Arch>(s, none, x, 0, opt);
+          REQUIRE(std::memcmp(a.data(), o.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
         }
       }
     }
@@ -820,8 +810,8 @@ TEST_CASE("compress: max pools with W = 2S read each block once and keep the per
   simd::for_each_arch([](auto arch) {
     using Arch = decltype(arch);
     if constexpr (!simd::is_scalar_v<Arch>) {
-      pair_blocks_match_per_entry_pools<float, Arch>();
-      pair_blocks_match_per_entry_pools<double, Arch>();
+      max_blocks_match_per_entry_max<float, Arch>();
+      max_blocks_match_per_entry_max<double, Arch>();
     }
   });
 }
