@@ -816,6 +816,86 @@ TEST_CASE("compress: max pools with W = 2S read each block once and keep the per
   });
 }
 
+// Narrow rows of a max or fixed-weight linear pool without overlap are pooled four entries at a
+// time, from four sub-ranges, with their loads interleaved (engine::entries_lockstep,
+// pool_rows_lockstep). Every entry must keep the per-entry kernel's bits: NaN, ±0 and ties for
+// max; masked first entries (origins); d = 16, 37, 72 (scalar and batch tails), 2048 (the widest
+// row that takes the path); splits that leave a remainder; 1–3 threads; normal and streaming
+// stores; and the public call with the walk asked for, automatic and turned off. Where the path
+// must not be taken (overlap, post-processing, W > 8, wider rows, linear pools where a*b + c may
+// be contracted differently) the flag is off.
+template <class Real, class Arch>
+void lockstep_rows_match_per_entry() {
+  using eng_t = kvphase::compress::detail::engine<Real, Arch>;
+  const Real inf = std::numeric_limits<Real>::infinity(), nan = std::numeric_limits<Real>::quiet_NaN();
+  const Real specials[] = {nan, Real(0), -Real(0), inf, -inf, Real(1), Real(1), -Real(1)};
+  const bool fma_path = kvphase::simd::fused_fma<Arch>();
+  const kc::operator_spec specs[] = {
+      {.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean},
+      {.grid = {.window = 4, .stride = 4, .origin = 2}, .pool = kc::pool_kind::max},
+      {.grid = {.window = 3, .stride = 3, .origin = 1}, .pool = kc::pool_kind::weights, .slot_weights = {0.2, 0.3, 0.5}},
+      {.grid = {.window = 1, .stride = 1}, .pool = kc::pool_kind::identity},
+      {.grid = {.window = 8, .stride = 8}, .pool = kc::pool_kind::slot_gate,
+       .slot_bias = {0.1, -0.2, 0.3, 0.0, 0.5, -0.1, 0.2, 0.4}},
+      {.grid = {.window = 6, .stride = 6, .origin = 3}, .pool = kc::pool_kind::max}};
+  const kc::pool_params<Real> none;
+  for (const auto& s : specs) {
+    const bool is_max = s.pool == kc::pool_kind::max;
+    for (const index_t d : {index_t(16), index_t(37), index_t(72), index_t(8192 / sizeof(Real))}) {
+      auto x = random_x<Real>(61 * s.grid.stride + 5, d, 17);
+      if (is_max) {
+        kvphase::rng::philox_stream pick(23, static_cast<std::uint64_t>(d));
+        for (index_t i = 0; i < x.size(); ++i) {
+          const double u = pick.uniform();
+          if (u < 0.2) x.data()[i] = specials[static_cast<std::size_t>(u * 40) % 8];
+        }
+      }
+      const eng_t fast(s, none, d, 0);
+      INFO(Arch::name() << " " << s << " d " << d);
+      REQUIRE(fast.lockstep_rows == (is_max || fma_path));
+      if (!fast.lockstep_rows) continue;
+      auto slow = fast;
+      slow.lockstep_rows = false;
+      const index_t E = s.grid.num_entries(x.rows());
+      REQUIRE(E >= 58);
+      for (const int threads : {1, 2, 3}) {
+        for (const auto stores : {kc::store_mode::normal, kc::store_mode::streaming}) {
+          INFO("threads " << threads);
+          const kc::compress_options on{.threads = threads, .stores = stores, .interleave = 4};
+          matrix_t<Real> a(E, d), b(E, d);
+          kvphase::compress::detail::run_entries<Real, Arch>(fast, x.data(), x.rows(), 0, 0, E, a.data(), on);
+          kvphase::compress::detail::run_entries<Real, Arch>(slow, x.data(), x.rows(), 0, 0, E, b.data(), on);
+          REQUIRE(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+          for (const int il : {0, 1, 4}) {
+            const kc::compress_options opt{.threads = threads, .stores = stores, .interleave = il};
+            const auto o = kc::compress<Real, Arch>(s, none, x, 0, opt);
+            REQUIRE(std::memcmp(a.data(), o.data(), static_cast<std::size_t>(a.size()) * sizeof(Real)) == 0);
+          }
+        }
+      }
+    }
+  }
+  // where the walk is not taken
+  const kc::operator_spec off[] = {
+      {.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::mean},                  // overlap
+      {.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::mean, .rmsnorm = true},  // post-processing
+      {.grid = {.window = 16, .stride = 16}, .pool = kc::pool_kind::max}};                 // W > 8
+  for (const auto& s : off) REQUIRE_FALSE(eng_t(s, none, 64, 0).lockstep_rows);
+  const kc::operator_spec mx{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::max};
+  REQUIRE(eng_t(mx, none, 8192 / sizeof(Real), 0).lockstep_rows);
+  REQUIRE_FALSE(eng_t(mx, none, 8192 / sizeof(Real) + 1, 0).lockstep_rows);  // wider rows
+}
+
+TEST_CASE("compress: narrow rows pooled four entries at a time keep the per-entry bits", "[compress][pool]") {
+  simd::for_each_arch([](auto arch) {
+    using Arch = decltype(arch);
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      lockstep_rows_match_per_entry<float, Arch>();
+      lockstep_rows_match_per_entry<double, Arch>();
+    }
+  });
+}
+
 TEST_CASE("compress: simple pools by hand (mean, max, weights, masked first entry)", "[compress][pool]") {
   // W = 4, S = 2 (V4): entry 0 pools positions −2 … 1 (two masked slots), entry 1 pools 0 … 3.
   matrix_t<double> x(4, 1);

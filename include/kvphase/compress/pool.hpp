@@ -355,7 +355,10 @@ struct compress_options {
   /// Row ranges each thread walks in lockstep (more concurrent DRAM streams per core: faster when
   /// the input is not in cache, slower when it is). 0: automatic (4 when a thread's share of the
   /// input exceeds 96 MiB and entries do not overlap (W ≤ S), else 1). Max pools with W = 2S walk
-  /// their entries in order whatever it says. Results do not depend on it.
+  /// their entries in order whatever it says. Rows of ≤ 8 KiB of a max pool or a fixed-weight
+  /// linear pool (hardware-FMA paths), W = S ≤ 8, no RMSNorm or RoPE, walk 4 ranges with their loads
+  /// interleaved when it is > 1, and automatically when a thread's share is ≥ 8 MiB (0); 1 turns
+  /// that off too. Results do not depend on it.
   int interleave = 0;
   void validate() const {
     require(threads >= 0, "options.threads", threads, "must be >= 0");
@@ -503,6 +506,87 @@ inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* o
     Real m = rows[k];
     for (index_t r = 1; r < n; ++r) m = std::max(m, rows[r * ld + k]);
     out[k] = m;
+  }
+}
+
+/// Q entries of a fixed-weight linear pool (weights w, N rows each: weighted_rows) or of a max
+/// pool (Max: max_rows) at once, their loads interleaved: for each block of 2 batches of
+/// columns, entry 0's rows, then entry 1's, …; entry q reads rows[q] (stride ld) and writes
+/// out[q] (with `nt`: aligned, non-temporal stores). Each output value is computed by the single-
+/// entry kernel's operations in its order (columns past the last full block by that kernel
+/// itself), so the bits are the same; what changes is that Q distant rows are in flight at once.
+/// On narrow rows one entry's rows are a single sequential stream, which a core's prefetchers
+/// serve at about half the rate of several concurrent streams (bench/roofline.hpp, read_once):
+/// with Q = 4 sub-ranges walked this way mean and max (W = S = 4) at d = 128 and 512 ran 1.24–1.60×
+/// faster on Zen 5, and no faster at d = 4096, where one entry's rows are already W streams
+/// (docs/performance.md, "Narrow rows: four entries in flight"; bench_compress '_vs_entry').
+template <class Real, class Arch, index_t Q, index_t N, bool Max>
+inline void pool_rows_lockstep_n(const Real* const* rows, index_t ld, const Real* w, index_t c, Real* const* out,
+                                 bool nt) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size;
+  index_t k = 0;
+  for (; k + 2 * L <= c; k += 2 * L) {
+    B acc[Q][2];
+    for (index_t q = 0; q < Q; ++q) {
+      const Real* src = rows[q] + k;
+      if constexpr (Max) {
+        acc[q][0] = B::load_unaligned(src);
+        acc[q][1] = B::load_unaligned(src + L);
+        for (index_t r = 1; r < N; ++r) {
+          acc[q][0] = xsimd::max(B::load_unaligned(src + r * ld), acc[q][0]);
+          acc[q][1] = xsimd::max(B::load_unaligned(src + r * ld + L), acc[q][1]);
+        }
+      } else {
+        const B w0(w[0]);
+        acc[q][0] = w0 * B::load_unaligned(src);
+        acc[q][1] = w0 * B::load_unaligned(src + L);
+        for (index_t r = 1; r < N; ++r) {
+          const B wr(w[r]);
+          acc[q][0] = simd::fma(wr, B::load_unaligned(src + r * ld), acc[q][0]);
+          acc[q][1] = simd::fma(wr, B::load_unaligned(src + r * ld + L), acc[q][1]);
+        }
+      }
+    }
+    for (index_t q = 0; q < Q; ++q) {
+      Real* o = out[q] + k;
+      if (nt) {
+        stream_store<Real, Arch>(o, acc[q][0]);
+        stream_store<Real, Arch>(o + L, acc[q][1]);
+      } else {
+        acc[q][0].store_unaligned(o);
+        acc[q][1].store_unaligned(o + L);
+      }
+    }
+  }
+  if (k < c) {
+    for (index_t q = 0; q < Q; ++q) {
+      if constexpr (Max) max_rows<Real, Arch>(rows[q] + k, ld, N, c - k, out[q] + k, nt);
+      else weighted_rows<Real, Arch>(rows[q] + k, ld, w, N, c - k, out[q] + k, nt);
+    }
+  }
+}
+
+/// pool_rows_lockstep_n for the window n (1 … 8: the memory-bound grids the library's presets
+/// use); returns false for another n (the caller pools entry by entry).
+template <class Real, class Arch, index_t Q>
+inline bool pool_rows_lockstep(const Real* const* rows, index_t ld, const Real* w, index_t n, index_t c,
+                               Real* const* out, bool nt) noexcept {
+  auto go = [&]<index_t N>(std::integral_constant<index_t, N>) {
+    if (w) pool_rows_lockstep_n<Real, Arch, Q, N, false>(rows, ld, w, c, out, nt);
+    else pool_rows_lockstep_n<Real, Arch, Q, N, true>(rows, ld, w, c, out, nt);
+    return true;
+  };
+  switch (n) {
+    case 1: return go(std::integral_constant<index_t, 1>{});
+    case 2: return go(std::integral_constant<index_t, 2>{});
+    case 3: return go(std::integral_constant<index_t, 3>{});
+    case 4: return go(std::integral_constant<index_t, 4>{});
+    case 5: return go(std::integral_constant<index_t, 5>{});
+    case 6: return go(std::integral_constant<index_t, 6>{});
+    case 7: return go(std::integral_constant<index_t, 7>{});
+    case 8: return go(std::integral_constant<index_t, 8>{});
+    default: return false;
   }
 }
 
@@ -835,6 +919,13 @@ struct engine {
   /// FMA chain, was measured and left out: 10 % faster at d = 512 but 13 % slower at d = 4096;
   /// docs/performance.md.)
   bool pair_blocks = false;
+  /// Narrow rows (c ≤ lockstep_max_bytes) of a fixed-weight linear pool on a hardware-FMA path or
+  /// of a max pool, entries without overlap (W ≤ S, W ≤ 8), no post-processing: entries_lockstep
+  /// can walk Q sub-ranges with their loads interleaved (pool_rows_lockstep), the same bits as
+  /// entry(). (With overlap, W = 8, S = 4 fixed weights, it was 3–17 % slower at d = 64–512.)
+  bool lockstep_rows = false;
+  static constexpr index_t lockstep_q = 4;
+  static constexpr std::size_t lockstep_max_bytes = 8192;  // 1.15–1.31× at 4–8 KiB rows, none at 16 KiB
 
   engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
       : spec(&s), p(&prm), g(s.head_grid(head)), d(d_), c(prm.output_dim(s, d_)), W(s.grid.window),
@@ -857,6 +948,11 @@ struct engine {
     if (k == pool_kind::mlp) sc += W * d + 2 * prm.mlp_w1.cols();
     pair_blocks = !simd::is_scalar_v<Arch> && W == 2 * S && k == pool_kind::max;
     if (pair_blocks) sc += c;                         // the ring: the previous block's maxima
+    // Fixed-weight linear pools only where both kernels' multiply-adds round once (hardware FMA;
+    // on sse2 a*b + c may be contracted differently in the two loops).
+    lockstep_rows = !simd::is_scalar_v<Arch> && !post && !pair_blocks &&
+                    ((linear && simd::fused_fma<Arch>()) || k == pool_kind::max) &&
+                    W <= S && W <= 8 && static_cast<std::size_t>(c) * sizeof(Real) <= lockstep_max_bytes;
     scratch_size = sc + 64;
     // The once-per-call weights give the per-entry kernel's bits only where both kernels' multiply-
     // adds round once: hardware-FMA paths and the scalar path (std::fma). On sse2, simd::fma is
@@ -944,6 +1040,38 @@ struct engine {
       Real* row = post ? scratch : d_e;
       max_rows_second_block<Real, Arch>(first + S * R.ldx, R.ldx, S, c, ring, row, nt && !post);
       if (post) finish(row, e, d_e, nt, rope_slot(rc, e - a));
+    }
+  }
+
+  /// Entries [a, b) (lockstep_rows) into dst (row i = entry a + i), each with entry()'s bits:
+  /// entries with masked leading slots one by one, the rest as lockstep_q contiguous sub-ranges
+  /// walked together (pool_rows_lockstep), the remainder of the split one by one.
+  void entries_lockstep(const rows_t& R, index_t a, index_t b, Real* dst, bool nt, Real* scratch,
+                        const Real** ptrs) const noexcept {
+    if constexpr (!simd::is_scalar_v<Arch>) {
+      constexpr index_t Q = lockstep_q;
+      index_t e = a;
+      for (; e < b && g.sources(e).first < 0; ++e) entry(R, e, dst + (e - a) * c, nt, scratch, ptrs);
+      const bool mx = spec->pool == pool_kind::max;
+      const Real* base = mx ? R.x : R.pay;
+      const index_t ld = mx ? R.ldx : R.ldp;
+      const Real* w = mx ? nullptr : w_full.data();
+      const index_t step = (b - e) / Q;
+      const Real* rows[Q];
+      Real* outs[Q];
+      for (index_t i = 0; i < step; ++i) {
+        for (index_t q = 0; q < Q; ++q) {
+          const index_t eq = e + q * step + i;
+          rows[q] = base + (g.sources(eq).first - R.pos0) * ld;
+          outs[q] = dst + (eq - a) * c;
+        }
+        if (!pool_rows_lockstep<Real, Arch, Q>(rows, ld, w, W, c, outs, nt))
+          for (index_t q = 0; q < Q; ++q) entry(R, e + q * step + i, outs[q], nt, scratch, ptrs);
+      }
+      e += Q * step;
+      for (; e < b; ++e) entry(R, e, dst + (e - a) * c, nt, scratch, ptrs);
+    } else {
+      for (index_t e = a; e < b; ++e) entry(R, e, dst + (e - a) * c, nt, scratch, ptrs);
     }
   }
 
@@ -1352,6 +1480,10 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
   // 1–6 %) and no faster on the Xeon (docs/performance.md)
   const index_t q = opt.interleave > 0 ? opt.interleave
                                        : (share > (std::size_t(96) << 20) && eng.W <= eng.S ? 4 : 1);
+  // narrow rows: the loads of four sub-ranges interleaved (entries_lockstep) when asked for
+  // (interleave > 1) or automatically once a thread's share is out of cache (≥ 8 MiB)
+  const bool lockstep_loads =
+      eng.lockstep_rows && (opt.interleave > 1 || (opt.interleave == 0 && share >= (std::size_t(8) << 20)));
   auto& tiles = ws.tiles;
   if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
   // the entries' RoPE cache: only a caller's workspace outlives the call
@@ -1378,6 +1510,8 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     const Real** pt = ptrs[static_cast<std::size_t>(tid)].data();
     if (eng.pair_blocks) {
       eng.block_entries(R, a, b, out + (a - e0) * c, nt_store, sc, pt, eng.rope_slot(rc, a - e0));
+    } else if (lockstep_loads && b - a >= 4 * engine<Real, Arch>::lockstep_q) {
+      eng.entries_lockstep(R, a, b, out + (a - e0) * c, nt_store, sc, pt);
     } else if ((q <= 1 || b - a < 4 * q) && eng.post) {
       constexpr index_t T = engine<Real, Arch>::tile_rows;
       auto& tile = tiles[static_cast<std::size_t>(tid)];
