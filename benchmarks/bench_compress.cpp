@@ -297,6 +297,88 @@ KV_KIND(nsa);
 void BM_smoke_kind_v4_csa(benchmark::State& st) { run_kind(st, "v4_csa", false); }
 BENCHMARK(BM_smoke_kind_v4_csa)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 
+// ---- the pooling kernels' alternative walks against the per-entry kernel --------------------------
+// Two engine paths that give every entry the per-entry kernel's bits and read the rows in
+// another order (compress/pool.hpp): `pair_blocks`, a max pool on the V4-CSA grid (W = 8 = 2S)
+// reading each 4-row block once and keeping its maxima for the next entry; `lockstep_rows`,
+// narrow rows of a pool without overlap (W = S = 4 mean and max) pooled four entries at a time
+// from four sub-ranges. Each row times the engine with the path on and the same engine with it
+// off on the same buffers, alternating within every iteration after a paired input read, so
+// both see the same machine load; outputs are compared bit for bit first. Args: threads, d, N
+// (N·d = 2^26: 256 MiB in). Counters: path_ms / per_entry_ms (medians), speedup = per_entry /
+// path, path_frac / per_entry_frac = fractions of the read bound (input once at the paired
+// rate). Google Benchmark's Time column is the sum of both.
+//   build/<dir>/benchmarks/bench_compress --benchmark_filter='_vs_entry' --benchmark_counters_tabular=true
+using engine_t = kc::detail::engine<float, kvphase::simd::default_arch>;
+void run_path_pair(benchmark::State& st, const kc::operator_spec& s, bool engine_t::*path) {
+  using Arch = kvphase::simd::default_arch;
+  const int threads = static_cast<int>(st.range(0));
+  const index_t dd = st.range(1), n = st.range(2);
+  const kc::pool_params<float> none;
+  const index_t E = s.grid.num_entries(n);
+  buffer x(static_cast<std::size_t>(n * dd), threads);
+  buffer out_a(static_cast<std::size_t>(E * dd), threads), out_b(static_cast<std::size_t>(E * dd), threads);
+  const engine_t with(s, none, dd, 0);
+  engine_t without = with;
+  without.*path = false;
+  if (!(with.*path)) {
+    st.SkipWithError("the path is not taken on this ISA or shape");
+    return;
+  }
+  const kc::compress_options opt{.threads = threads};
+  auto run_a = [&] { kc::detail::run_entries<float, Arch>(with, x.p, n, 0, 0, E, out_a.p, opt); };
+  auto run_b = [&] { kc::detail::run_entries<float, Arch>(without, x.p, n, 0, 0, E, out_b.p, opt); };
+  run_a();
+  run_b();
+  if (std::memcmp(out_a.p, out_b.p, static_cast<std::size_t>(E * dd) * sizeof(float)) != 0) {
+    st.SkipWithError("the path and the per-entry kernel differ");
+    return;
+  }
+  std::vector<double> ta, tb, roofs;
+  bool a_first = true;
+  for (auto _ : st) {
+    roofs.push_back(kvphase::bench::read_seconds(x.p, x.n, threads, 1));
+    if (a_first) {
+      time_iteration(st, run_a, ta);
+      time_iteration(st, run_b, tb);
+    } else {
+      time_iteration(st, run_b, tb);
+      time_iteration(st, run_a, ta);
+    }
+    a_first = !a_first;
+  }
+  const double roof = kvphase::bench::median(roofs), a = kvphase::bench::median(ta), b = kvphase::bench::median(tb);
+  st.counters["path_ms"] = a * 1e3;
+  st.counters["per_entry_ms"] = b * 1e3;
+  st.counters["speedup"] = b / a;
+  st.counters["path_frac"] = roof / a;
+  st.counters["per_entry_frac"] = roof / b;
+  st.counters["roofline_ms"] = roof * 1e3;
+  st.SetLabel(kvphase::bench::isa_name());
+}
+const kc::operator_spec max_w8s4{.grid = {.window = 8, .stride = 4}, .pool = kc::pool_kind::max};
+const kc::operator_spec max_w4s4{.grid = {.window = 4, .stride = 4}, .pool = kc::pool_kind::max};
+void BM_max_w8s4_blocks_vs_entry(benchmark::State& st) { run_path_pair(st, max_w8s4, &engine_t::pair_blocks); }
+void BM_mean_w4s4_lockstep_vs_entry(benchmark::State& st) { run_path_pair(st, mean_spec(), &engine_t::lockstep_rows); }
+void BM_max_w4s4_lockstep_vs_entry(benchmark::State& st) { run_path_pair(st, max_w4s4, &engine_t::lockstep_rows); }
+BENCHMARK(BM_max_w8s4_blocks_vs_entry)
+    ->Args({1, 512, 131072})
+    ->Args({1, 4096, 16384})
+    ->Args({2, 512, 131072})
+    ->Args({2, 4096, 16384})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(21);
+#define KV_LOCKSTEP(fn)                                                                                         \
+  BENCHMARK(fn)->Args({1, 128, 524288})->Args({1, 512, 131072})->Args({2, 128, 524288})->Args({2, 512, 131072}) \
+      ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(21)
+KV_LOCKSTEP(BM_mean_w4s4_lockstep_vs_entry);
+KV_LOCKSTEP(BM_max_w4s4_lockstep_vs_entry);
+void BM_smoke_max_w8s4_blocks_vs_entry(benchmark::State& st) { BM_max_w8s4_blocks_vs_entry(st); }
+void BM_smoke_mean_w4s4_lockstep_vs_entry(benchmark::State& st) { BM_mean_w4s4_lockstep_vs_entry(st); }
+BENCHMARK(BM_smoke_max_w8s4_blocks_vs_entry)->Args({2, 72, 1024})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_smoke_mean_w4s4_lockstep_vs_entry)->Args({2, 72, 1024})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
 // ---- the projection product alone ----------------------------------------------------------------
 // V4-CSA's payload map at the real shape, X (16384 × 4096) · W_C (4096 × 1024), through
 // detail::project_rows (the call the compressor makes, GEMM kernel of compress/detail/gemm.hpp),
