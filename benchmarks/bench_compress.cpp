@@ -369,9 +369,16 @@ BENCHMARK(BM_max_w8s4_blocks_vs_entry)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(21);
-#define KV_LOCKSTEP(fn)                                                                                         \
-  BENCHMARK(fn)->Args({1, 128, 524288})->Args({1, 512, 131072})->Args({2, 128, 524288})->Args({2, 512, 131072}) \
-      ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(21)
+#define KV_LOCKSTEP(fn)            \
+  BENCHMARK(fn)                    \
+      ->Args({1, 128, 524288})     \
+      ->Args({1, 512, 131072})     \
+      ->Args({1, 2048, 32768})     \
+      ->Args({2, 128, 524288})     \
+      ->Args({2, 512, 131072})     \
+      ->UseManualTime()            \
+      ->Unit(benchmark::kMillisecond) \
+      ->Iterations(21)
 KV_LOCKSTEP(BM_mean_w4s4_lockstep_vs_entry);
 KV_LOCKSTEP(BM_max_w4s4_lockstep_vs_entry);
 void BM_smoke_max_w8s4_blocks_vs_entry(benchmark::State& st) { BM_max_w8s4_blocks_vs_entry(st); }

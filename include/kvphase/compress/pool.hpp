@@ -515,8 +515,8 @@ inline void max_rows(const Real* rows, index_t ld, index_t n, index_t c, Real* o
 /// out[q] (with `nt`: aligned, non-temporal stores). Each output value is computed by the single-
 /// entry kernel's operations in its order (columns past the last full block by that kernel
 /// itself), so the bits are the same; what changes is that Q distant rows are in flight at once.
-/// On narrow rows one entry's rows are a single sequential stream, which a core's prefetchers
-/// serve at about half the rate of several concurrent streams (bench/roofline.hpp, read_once):
+/// On narrow rows one entry's rows are a single sequential stream, which a core reads slower than
+/// several concurrent streams (bench/roofline.hpp, read_once):
 /// with Q = 4 sub-ranges walked this way mean and max (W = S = 4) at d = 128 and 512 ran 1.24–1.60×
 /// faster on Zen 5, and no faster at d = 4096, where one entry's rows are already W streams
 /// (docs/performance.md, "Narrow rows: four entries in flight"; bench_compress '_vs_entry').
