@@ -924,7 +924,7 @@ struct engine {
   /// can walk Q sub-ranges with their loads interleaved (pool_rows_lockstep), the same bits as
   /// entry(). (With overlap, W = 8, S = 4 fixed weights, it was 3–17 % slower at d = 64–512.)
   bool lockstep_rows = false;
-  static constexpr index_t lockstep_q = 4;
+  static constexpr index_t lockstep_q = 4;  // 8 was slower at d = 128–2048 (docs/performance.md)
   static constexpr std::size_t lockstep_max_bytes = 8192;  // 1.15–1.31× at 4–8 KiB rows, none at 16 KiB
 
   engine(const operator_spec& s, const pool_params<Real>& prm, index_t d_, index_t head)
