@@ -14,7 +14,9 @@
 // bandwidth or FMA peak, from the pass's arithmetic intensity against the machine's balance
 // point) and the fraction of it. The read bandwidth is the time to read the input once, paired
 // with every repetition in the same cache state; the FMA peak is measured after each row's
-// repetitions at the same thread count.
+// repetitions at the same thread count. rw_frac: the same fraction against a bound that counts
+// the written bytes too, at the rate of a probe that reads the input and writes the output once
+// (kb::read_write_seconds), paired with every repetition like the read probe.
 // attention: compressed entries + raw window (joint softmax), CSA top-k selection (indexer +
 // attention), NSA's gated branches (block selection + attention) and decode (one query), with
 // the FLOPs and bytes of attention/cost.hpp.
@@ -143,6 +145,11 @@ struct row {
   double bytes = 0, flops = 0;
   double read_bytes = 0;  // the part of bytes the read bound counts (inputs and weights)
   double fma_peak_gflops = 0, read_gbs = 0;
+  /// compress rows: the bandwidth of the read-and-write probe (the row's input read, its output
+  /// written once, beside each repetition) and the fraction of the bound it sets for all the
+  /// row's bytes, read and written (the FMA peak where that is longer)
+  double rw_gbs = std::numeric_limits<double>::quiet_NaN();
+  double rw_fraction = std::numeric_limits<double>::quiet_NaN();
   std::string bound = "n/a";
   double bound_s = 0;
   double fraction = std::numeric_limits<double>::quiet_NaN();
@@ -167,7 +174,7 @@ std::string num(double v) { return std::isfinite(v) ? io::format_shortest(v) : "
 void print_table(const std::vector<row>& rows, std::ostream& os) {
   const std::vector<std::string> head{"level", "name", "kind", "N", "d", "c", "thr", "cache", "reps", "median_ms",
                                       "min_ms", "max_ms", "GB/s", "GFLOP/s", "MB", "GFLOP", "FLOP/B", "bound",
-                                      "frac", "cpu_frac", "extra"};
+                                      "frac", "cpu_frac", "rw_frac", "extra"};
   std::vector<std::vector<std::string>> cells{head};
   for (const auto& r : rows) {
     std::string extra = r.torch;
@@ -176,7 +183,7 @@ void print_table(const std::vector<row>& rows, std::ostream& os) {
                      std::to_string(r.threads), r.cache, std::to_string(r.reps), fixed(r.median_s * 1e3, 3),
                      fixed(r.min_s * 1e3, 3), fixed(r.max_s * 1e3, 3), fixed(r.gbs(), 2), fixed(r.gflops(), 2),
                      fixed(r.bytes * 1e-6, 3), fixed(r.flops * 1e-9, 4),
-                     r.bytes > 0 ? fixed(r.flops / r.bytes, 3) : "n/a", r.bound, fixed(r.fraction, 3), fixed(r.cpu_fraction, 3), extra});
+                     r.bytes > 0 ? fixed(r.flops / r.bytes, 3) : "n/a", r.bound, fixed(r.fraction, 3), fixed(r.cpu_fraction, 3), fixed(r.rw_fraction, 3), extra});
   }
   std::vector<std::size_t> w(head.size(), 0);
   for (const auto& c : cells)
@@ -197,7 +204,8 @@ const std::vector<std::string>& csv_head() {
   static const std::vector<std::string> h{
       "level",    "name",   "kind",       "tokens",       "dim",     "out_dim",  "threads", "cache",  "reps",
       "median_s", "min_s",  "max_s",      "bytes",        "flops",   "gb_per_s", "gflop_per_s", "intensity",
-      "fma_peak_gflops", "read_gb_per_s", "bound", "bound_s", "fraction", "cpu_fraction", "gen_share", "torch", "command"};
+      "fma_peak_gflops", "read_gb_per_s", "bound", "bound_s", "fraction", "cpu_fraction", "rw_gb_per_s", "rw_fraction",
+      "gen_share", "torch", "command"};
   return h;
 }
 
@@ -205,7 +213,7 @@ std::vector<std::string> csv_fields(const row& r) {
   return {r.level, r.name, r.kind, std::to_string(r.tokens), std::to_string(r.dim), std::to_string(r.out_dim),
           std::to_string(r.threads), r.cache, std::to_string(r.reps), num(r.median_s), num(r.min_s), num(r.max_s),
           num(r.bytes), num(r.flops), num(r.gbs()), num(r.gflops()), num(r.bytes > 0 ? r.flops / r.bytes : NAN),
-          num(r.fma_peak_gflops), num(r.read_gbs), r.bound, num(r.bound_s), num(r.fraction), num(r.cpu_fraction), num(r.gen_share),
+          num(r.fma_peak_gflops), num(r.read_gbs), r.bound, num(r.bound_s), num(r.fraction), num(r.cpu_fraction), num(r.rw_gbs), num(r.rw_fraction), num(r.gen_share),
           r.torch, r.command};
 }
 
@@ -222,14 +230,14 @@ void write_outputs(const std::vector<row>& rows, const run_flags& rf, const nloh
     std::ostringstream os;
     io::csv_writer w(os);
     w.comment(io::to_csv_comment(prov));
-    w.comment("format: kvphase-bench/1");
+    w.comment("format: kvphase-bench/2");
     w.row(csv_head());
     for (const auto& r : rows) w.row(csv_fields(r));
     sim::write_text_file(rf.csv, os.str());
   }
   if (!rf.json.empty()) {
     io::ordered_json j;
-    j["format"] = "kvphase-bench/1";
+    j["format"] = "kvphase-bench/2";
     j["provenance"] = io::to_json(prov);
     auto& arr = j["rows"] = io::ordered_json::array();
     const auto& h = csv_head();
@@ -283,6 +291,7 @@ struct buffer {
 
 struct timing {
   std::vector<double> job, roof;          // seconds per repetition: the job, and reading its probe once
+  std::vector<double> roof_rw;            // reading the probe and writing the job's output once (compress)
   std::vector<double> job_cpu, roof_cpu;  // the same in CPU seconds of the process
   std::vector<double> peak, peak_cpu;     // FMA peak probes between repetitions: GFLOP/s, GFLOP per CPU-second
 };
@@ -291,9 +300,12 @@ struct timing {
 /// and an FMA-peak probe (~10 ms) after each of the first 5 repetitions and every 10th: on a
 /// shared machine the bound and the job are sampled under the same load.
 /// `peak`: the FMA-peak probe of the path the job runs (default: the compiled path's).
+/// `out`, `out_n`: the job's output; when given, each repetition also times the read-and-write
+/// probe (kb::read_write_seconds: the probe read, out written once), in the same cache state.
 timing measure(const std::function<void()>& job, const float* probe, std::size_t probe_n, int threads, index_t reps,
                double seconds, bool cold, const std::function<void()>& tick,
-               kb::peak_sample (*peak)(int) = &kb::fma_peak_sample<float>) {
+               kb::peak_sample (*peak)(int) = &kb::fma_peak_sample<float>, float* out = nullptr,
+               std::size_t out_n = 0) {
   const auto t0 = kb::clock_type::now();
   job();  // warm-up (first touch of internal buffers); also the time estimate
   const double first = std::chrono::duration<double>(kb::clock_type::now() - t0).count();
@@ -304,6 +316,10 @@ timing measure(const std::function<void()>& job, const float* probe, std::size_t
     double c0 = kb::process_cpu_seconds();
     t.roof.push_back(kb::read_seconds(probe, probe_n, threads, 1));
     t.roof_cpu.push_back(kb::process_cpu_seconds() - c0);
+    if (out != nullptr) {
+      if (cold) kb::evict_caches();
+      t.roof_rw.push_back(kb::read_write_seconds(probe, probe_n, out, out_n, threads, 1));
+    }
     if (cold) kb::evict_caches();
     c0 = kb::process_cpu_seconds();
     const auto a = kb::clock_type::now();
@@ -338,6 +354,12 @@ void finish_row(row& r, const timing& t, double probe_bytes) {
   // per CPU-second: the share of the machine the process got does not enter
   r.cpu_fraction = kc::bound_seconds(c, kb::median(t.peak_cpu), probe_bytes / kb::median(t.roof_cpu) * 1e-9) /
                    kb::median(t.job_cpu);
+  if (!t.roof_rw.empty()) {
+    // the probe moved probe_bytes in and the output's bytes out; the row's bytes (read and
+    // written) at that rate, or its flops at the peak, whichever is longer
+    r.rw_gbs = (probe_bytes + (r.bytes - r.read_bytes)) / kb::median(t.roof_rw) * 1e-9;
+    r.rw_fraction = std::max(r.bytes / (r.rw_gbs * 1e9), r.flops / (r.fma_peak_gflops * 1e9)) / r.median_s;
+  }
 }
 
 std::string command_text(const std::vector<std::string>& args) {
@@ -448,7 +470,7 @@ std::vector<row> run_compress(const std::vector<compress_job>& jobs, const run_f
         if (rf.pages != "system") args.insert(args.end(), {"--pages", rf.pages});
         r.command = command_text(args);
         const auto t = measure([&] { kc::compress_into<float>(s, p, xv, ov, 0, opt, &ws); }, x.p, x.n, threads,
-                               rf.reps, rf.seconds, cache == "cold", [] {});
+                               rf.reps, rf.seconds, cache == "cold", [] {}, &kb::fma_peak_sample<float>, out.p, out.n);
         finish_row(r, t, static_cast<double>(x.n * sizeof(float)));
         if (peer && cache == "warm") peer(r, s, p, xv, kvphase::matrix_view<float>(out.p, cost.entries, cost.out_dim));
         rows.push_back(r);
@@ -995,7 +1017,9 @@ int main(int argc, char** argv) {
     const std::string isa = cfg.contains("arch") ? cfg["arch"].get<std::string>() : std::string(kb::isa_name());
     std::cout << "# " << isa << "; frac = bound time / median time, the bound (read bandwidth or FMA peak) "
                  "measured in this process beside each row; cpu_frac: the same per CPU-second of the process "
-                 "(steadier when the machine is shared)\n";
+                 "(steadier when the machine is shared); rw_frac (compress): the bound of all the row's bytes, read "
+                 "and written, at the rate of a probe that reads the input and writes the output once beside each "
+                 "repetition (the read bound leaves the writes out)\n";
     write_outputs(rows, *rf, cfg, argc, argv);
     return torch_disagreements > 0 ? 1 : 0;  // a PyTorch peer that failed or disagrees is a finding
   });

@@ -231,6 +231,7 @@ add_test(NAME bench_smoke.kvphase_bench_compress
     '$<TARGET_FILE:kvphase-bench>' compress --all --context 256 --dim 64 --threads 1,2 --reps 2 --quiet --csv c.csv --json c.json > c.txt
     grep -q '^# kvphase ' c.csv; grep -q '\"provenance\"' c.json
     test $(grep -c '^compress,' c.csv) -eq 20
+    grep -q 'rw_gb_per_s,rw_fraction' c.csv; grep -q ' rw_frac ' c.txt
     '$<TARGET_FILE:kvphase-bench>' compress --preset mean --context 256 --dim 64 --reps 2 --cold --quiet | grep -q ' cold '
     '$<TARGET_FILE:kvphase-bench>' compress --preset mean --context 256 --dim 64 --reps 2 --pages small --quiet --csv s.csv
     grep -q '^compress,.*--pages small' s.csv

@@ -89,10 +89,12 @@ inline benchmark::internal::Benchmark* register_compress(const std::string& name
     compress::compress_workspace<float> ws;
     const compress::compress_options opt{.threads = shape.threads};
     compress::compress_into<float>(spec, *p, xv, ov, 0, opt, &ws);  // warm-up
-    std::vector<double> times, roofs;
+    std::vector<double> times, roofs, roofs_rw;
     for (auto _ : st) {
       if (shape.cold) evict_caches();
       roofs.push_back(read_seconds(x.data(), x.size(), shape.threads, 1));
+      if (shape.cold) evict_caches();
+      roofs_rw.push_back(read_write_seconds(x.data(), x.size(), out.data(), out.size(), shape.threads, 1));
       if (shape.cold) evict_caches();
       const auto t0 = clock_type::now();
       compress::compress_into<float>(spec, *p, xv, ov, 0, opt, &ws);
@@ -117,6 +119,10 @@ inline benchmark::internal::Benchmark* register_compress(const std::string& name
     st.counters["fma_peak_gflops"] = peak;
     st.counters["bound_fma"] = b == compress::pass_bound::compute ? 1.0 : 0.0;
     st.counters["roofline_frac"] = bound / med;
+    // the bound of every byte, read and written, at the rate of the read-and-write probe
+    const double rw_gbs = (static_cast<double>(x.size() * sizeof(float)) + cost.output_bytes) / median(roofs_rw) * 1e-9;
+    st.counters["rw_GBps"] = rw_gbs;
+    st.counters["rw_frac"] = std::max(cost.bytes() / (rw_gbs * 1e9), cost.flops() / (peak * 1e9)) / med;
     st.SetBytesProcessed(static_cast<std::int64_t>(cost.bytes() * static_cast<double>(st.iterations())));
     st.SetLabel(isa_name());
   };

@@ -13,7 +13,10 @@
 //   - read_seconds(x, n, threads): time to read n floats once (the compress roofline: any kernel
 //     must at least read its input), split statically across threads, each thread's share read
 //     as 8 streams at once (detail::read_once);
-//   - read_bandwidth_gbs(bytes, threads): bytes/s of that read on a private buffer.
+//   - read_bandwidth_gbs(bytes, threads): bytes/s of that read on a private buffer;
+//   - read_write_seconds(x, n, y, m, threads): the same read that also writes m floats once
+//     (non-temporal stores, spread over the read): the bound of a pass that writes its output,
+//     which the read-only bound does not count (kvphase-bench's rw_frac).
 // Each figure is the median of `reps` repetitions, so a roofline and a job measured with the
 // same care give a ratio that is stable when absolute times are not.
 #if defined(_OPENMP)
@@ -121,6 +124,36 @@ template <class Real, class Arch = xsimd::default_arch>
   for (std::size_t i = Q * step; i < n; ++i) s += x[i];
   return s;
 }
+
+/// read_once's 8-stream read of x[0 … n) that also writes y[0 … m) once, spread evenly over the
+/// read (after each block of the read, y up to the same fraction), with non-temporal stores where
+/// y is aligned to the batch: the traffic of a memory-bound pass that reads n floats and writes m,
+/// as the compressor's passes store their entries (store_mode::stream).
+[[gnu::noinline]] inline float read_write_once(const float* x, std::size_t n, float* y, std::size_t m) {
+  using B = xsimd::batch<float>;
+  constexpr std::size_t L = B::size, Q = 8, blk = 4 * L;
+  const std::size_t step = n / Q / blk * blk, blocks = step / blk;
+  B s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+  std::size_t w = 0;  // y written up to here; first to the batch alignment, one value at a time
+  while (w < m && reinterpret_cast<std::uintptr_t>(y + w) % sizeof(B) != 0) y[w++] = 0.0f;
+  for (std::size_t k = 0; k < blocks; ++k) {
+    const std::size_t i = k * blk;
+    for (std::size_t q = 0; q < Q; ++q) {
+      const float* p = x + q * step + i;
+      s0 += B::load_unaligned(p);
+      s1 += B::load_unaligned(p + L);
+      s2 += B::load_unaligned(p + 2 * L);
+      s3 += B::load_unaligned(p + 3 * L);
+    }
+    const auto upto = static_cast<std::size_t>(static_cast<double>(m) * static_cast<double>(k + 1) / static_cast<double>(blocks));
+    for (; w + L <= upto; w += L) simd::stream_store<float, xsimd::default_arch>(y + w, s0);
+  }
+  simd::store_fence();
+  float s = xsimd::hadd((s0 + s1) + (s2 + s3));
+  for (std::size_t i = Q * step; i < n; ++i) s += x[i];
+  for (; w < m; ++w) y[w] = s;
+  return s;
+}
 }  // namespace detail
 
 /// CPU seconds used so far by every thread of this process. On a machine shared with other jobs
@@ -193,6 +226,25 @@ inline double read_seconds(const float* x, std::size_t n, int threads, int reps 
       const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
       const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
       keep(detail::read_once(x + lo, hi - lo));
+    }
+    secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return median(secs);
+}
+
+/// Median time (s) to read x[0..n) and write y[0..m) once (detail::read_write_once) with
+/// `threads` threads, each reading and writing its static share of both: the bound of a
+/// memory-bound pass that writes as well as reads (a read-only bound leaves the writes out).
+inline double read_write_seconds(const float* x, std::size_t n, float* y, std::size_t m, int threads, int reps = 11) {
+  std::vector<double> secs;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const std::size_t t = static_cast<std::size_t>(detail::thread_num());
+      const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
+      const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt, wlo = m * t / nt, whi = m * (t + 1) / nt;
+      keep(detail::read_write_once(x + lo, hi - lo, y + wlo, whi - wlo));
     }
     secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
   }

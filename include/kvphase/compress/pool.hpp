@@ -59,12 +59,6 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
-#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
-#include <immintrin.h>
-#define KVPHASE_HAVE_STREAM_STORES 1
-#else
-#define KVPHASE_HAVE_STREAM_STORES 0
-#endif
 
 namespace kvphase::compress {
 
@@ -392,37 +386,9 @@ struct compress_workspace {
 
 namespace detail {
 
-/// Non-temporal store of one batch (dst aligned to the batch width).
-template <class Real, class Arch>
-inline void stream_store(Real* dst, const xsimd::batch<Real, Arch>& v) noexcept {
-  using B = xsimd::batch<Real, Arch>;
-#if KVPHASE_HAVE_STREAM_STORES
-  if constexpr (sizeof(B) == 64) {
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<Real, float>) _mm512_stream_ps(dst, v);
-    else _mm512_stream_pd(dst, v);
-    return;
-#endif
-  } else if constexpr (sizeof(B) == 32) {
-#if defined(__AVX__)
-    if constexpr (std::is_same_v<Real, float>) _mm256_stream_ps(dst, v);
-    else _mm256_stream_pd(dst, v);
-    return;
-#endif
-  } else if constexpr (sizeof(B) == 16) {
-    if constexpr (std::is_same_v<Real, float>) _mm_stream_ps(dst, v);
-    else _mm_stream_pd(dst, v);
-    return;
-  }
-#endif
-  v.store_aligned(dst);
-}
-
-inline void store_fence() noexcept {
-#if KVPHASE_HAVE_STREAM_STORES
-  _mm_sfence();
-#endif
-}
+// the non-temporal stores of every kernel here (core/simd.hpp)
+using simd::stream_store;
+using simd::store_fence;
 
 /// out[0 … c) = Σ_{r < n} w[r] · rows[r·ld + 0 … c) (accumulated in slot order r = 0, 1, …; with
 /// FMA on SIMD paths). `rows` holds n rows of ≥ c values with stride ld. With `nt`, `out` must be

@@ -20,6 +20,13 @@
 
 #include "kvphase/core/types.hpp"
 
+#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#define KVPHASE_HAVE_STREAM_STORES 1
+#else
+#define KVPHASE_HAVE_STREAM_STORES 0
+#endif
+
 namespace kvphase::simd {
 
 /// Tag selecting the scalar reference path of every kernel.
@@ -118,6 +125,38 @@ inline Real hmax(const xsimd::batch<Real, Arch>& b) noexcept {
   Real m = tmp[0];
   for (std::size_t i = 1; i < tmp.size(); ++i) m = std::max(m, tmp[i]);
   return m;
+}
+
+/// Non-temporal store of one batch (dst aligned to the batch width).
+template <class Real, class Arch>
+inline void stream_store(Real* dst, const xsimd::batch<Real, Arch>& v) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+#if KVPHASE_HAVE_STREAM_STORES
+  if constexpr (sizeof(B) == 64) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Real, float>) _mm512_stream_ps(dst, v);
+    else _mm512_stream_pd(dst, v);
+    return;
+#endif
+  } else if constexpr (sizeof(B) == 32) {
+#if defined(__AVX__)
+    if constexpr (std::is_same_v<Real, float>) _mm256_stream_ps(dst, v);
+    else _mm256_stream_pd(dst, v);
+    return;
+#endif
+  } else if constexpr (sizeof(B) == 16) {
+    if constexpr (std::is_same_v<Real, float>) _mm_stream_ps(dst, v);
+    else _mm_stream_pd(dst, v);
+    return;
+  }
+#endif
+  v.store_aligned(dst);
+}
+
+inline void store_fence() noexcept {
+#if KVPHASE_HAVE_STREAM_STORES
+  _mm_sfence();
+#endif
 }
 
 // ---- vector kernels --------------------------------------------------------------------------------
