@@ -21,7 +21,10 @@
 /// once (the window wins). An empty attended set gives o = 0.
 /// Joint mode without per-query selections runs, from 8 queries on and on every SIMD path, the
 /// blocked multi-query kernel (detail/flash_xsimd.hpp: visible entries and window as two key
-/// segments of one softmax); the other forms run the one-query streaming softmax.
+/// segments of one softmax); gated mode runs its compressed (all visible entries) and window
+/// branches on the same kernel, one segment each, and its selected branch block by block (each
+/// selected block read once per chunk of queries); the other forms run the one-query streaming
+/// softmax.
 
 #include <algorithm>
 #include <cmath>
@@ -86,6 +89,54 @@ struct compressed_selection {
   const index_lists* blocks = nullptr;   ///< NSA: raw token blocks of size select_block; null = none
   std::span<const Real> gates{};         ///< gated mode: [M × 3] row-major (cmp, slc, win); empty = constants
 };
+
+namespace detail {
+/// NSA's selected branch in gated mode, block by block: out[i] = the softmax (with the sink) of
+/// query i over the raw tokens of its selected blocks up to its position, for M queries. Queries
+/// are taken in chunks of 128; a chunk's (block, query) pairs are sorted by block, and every
+/// query keeps its own online softmax, so a block's rows are read once for all the queries of the
+/// chunk that selected it while each query still attends its blocks one add_rows call at a time,
+/// in increasing block order: for lists in that order (nsa_select's) the same operations in the
+/// same order as one query at a time, so the same bits; for any list, the result does not depend
+/// on its order. Chunks are split statically over `threads`: a query's output does not depend on
+/// the thread count.
+template <class Real, class Arch>
+void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& tpos, const cref<Real>& K,
+                              const cref<Real>& V, const index_lists& blocks, index_t select_block, index_t dv,
+                              Real scale, Real sink, index_t key_block, int threads, matrix_t<Real>& out) {
+  const index_t M = Q.rows(), d = Q.cols();
+  constexpr index_t chunk = 128;
+  const index_t nchunks = (M + chunk - 1) / chunk;
+  out.resize(M, dv);
+  std::vector<online_softmax<Real, Arch>> proto(static_cast<std::size_t>(std::min(M, chunk)),
+                                                online_softmax<Real, Arch>(dv, key_block));
+#pragma omp parallel num_threads(threads) if (threads > 1 && nchunks > 1)
+  {
+    std::vector<online_softmax<Real, Arch>> st = proto;  // each thread's states (allocated here, outside the loop)
+    std::vector<std::pair<index_t, index_t>> pairs;      // (block, query)
+    pairs.reserve(blocks.indices.size() / static_cast<std::size_t>(std::max<index_t>(nchunks, 1)) + 16);
+#pragma omp for schedule(static)
+    for (index_t c = 0; c < nchunks; ++c) {
+      const index_t a = c * chunk, b = std::min(M, a + chunk);
+      pairs.clear();
+      for (index_t i = a; i < b; ++i) {
+        st[static_cast<std::size_t>(i - a)].reset();
+        for (index_t j : blocks.of(i)) pairs.emplace_back(j, i);
+      }
+      std::sort(pairs.begin(), pairs.end());
+      for (const auto& [j, i] : pairs) {
+        const index_t t = tpos[static_cast<std::size_t>(i)];
+        const index_t lo = j * select_block, hi = std::min(t, (j + 1) * select_block - 1);
+        if (hi >= lo)
+          st[static_cast<std::size_t>(i - a)].add_rows(Q.data() + i * Q.outerStride(), K.data() + lo * K.outerStride(),
+                                                        K.outerStride(), V.data() + lo * V.outerStride(),
+                                                        V.outerStride(), hi - lo + 1, d, scale);
+      }
+      for (index_t i = a; i < b; ++i) st[static_cast<std::size_t>(i - a)].finish(sink, out.data() + i * dv);
+    }
+  }
+}
+}  // namespace detail
 
 /// Compressed attention (see the file comment). pos empty: query i at position N − M + i.
 template <class Real, class Arch = simd::default_arch>
@@ -183,18 +234,36 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
     }
   }
 
-  // gated: the compressed branch over all visible entries (no per-query entry list) is its own
-  // softmax, a one-segment job for the blocked multi-query kernel; the per-query loop below then
-  // runs the selected and window branches and mixes the three
-  matrix_t<Real> o_cmp;
+  // gated: the compressed branch over all visible entries (no per-query entry list) and the
+  // window branch (each query's last `window` raw tokens) are softmaxes of their own, each a
+  // one-segment job for the blocked multi-query kernel; the selected branch is walked block by
+  // block (detail::selected_blocks_by_block); the per-query loop below mixes the three
+  matrix_t<Real> o_cmp, o_win, o_slc;
+  if (!joint && sel.blocks)
+    detail::selected_blocks_by_block<Real, Arch>(Q, tpos, K, V, *sel.blocks, p.select_block, dv, scale, sink,
+                                                 p.attn.block, nt, o_slc);
   if constexpr (detail::flash_xsimd_enabled<Real, Arch>) {
-    if (!joint && p.compressed && !sel.entries && detail::flash_xsimd_applicable(M, d, dv)) {
-      std::vector<index_t> nvis(static_cast<std::size_t>(M));
-      for (index_t i = 0; i < M; ++i) nvis[static_cast<std::size_t>(i)] = grid.num_visible(tpos[static_cast<std::size_t>(i)]);
+    if (!joint && detail::flash_xsimd_applicable(M, d, dv)) {
+      if (p.compressed && !sel.entries) {
+        std::vector<index_t> nvis(static_cast<std::size_t>(M));
+        for (index_t i = 0; i < M; ++i) nvis[static_cast<std::size_t>(i)] = grid.num_visible(tpos[static_cast<std::size_t>(i)]);
+        const detail::kv_segment<Real> seg{
+            .K = Kc.data(), .ldk = Kc.outerStride(), .V = Vc.data(), .ldv = Vc.outerStride(), .n = E, .lo = nullptr, .hi = nvis.data()};
+        o_cmp.resize(M, dv);
+        detail::flash_xsimd<Real, Arch>(Q.data(), Q.outerStride(), M, &seg, 1, d, dv, scale, sink, o_cmp.data(), dv, nt);
+      }
+      std::vector<index_t> wr(static_cast<std::size_t>(2 * M));
+      index_t* const wlo = wr.data();
+      index_t* const whi = wlo + M;
+      for (index_t i = 0; i < M; ++i) {
+        const index_t t = tpos[static_cast<std::size_t>(i)];
+        wlo[i] = p.window > 0 ? std::max<index_t>(0, t - p.window + 1) : t + 1;
+        whi[i] = t + 1;
+      }
       const detail::kv_segment<Real> seg{
-          .K = Kc.data(), .ldk = Kc.outerStride(), .V = Vc.data(), .ldv = Vc.outerStride(), .n = E, .lo = nullptr, .hi = nvis.data()};
-      o_cmp.resize(M, dv);
-      detail::flash_xsimd<Real, Arch>(Q.data(), Q.outerStride(), M, &seg, 1, d, dv, scale, sink, o_cmp.data(), dv, nt);
+          .K = K.data(), .ldk = K.outerStride(), .V = V.data(), .ldv = V.outerStride(), .n = N, .lo = wlo, .hi = whi};
+      o_win.resize(M, dv);
+      detail::flash_xsimd<Real, Arch>(Q.data(), Q.outerStride(), M, &seg, 1, d, dv, scale, sink, o_win.data(), dv, nt);
     }
   }
 
@@ -253,16 +322,15 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
           st.finish(sink, tmp.data());
           simd::axpy<Real, Arch>(g[0], tmp.data(), o, dv);
         }
-        if (sel.blocks) {
+        if (sel.blocks) simd::axpy<Real, Arch>(g[1], o_slc.data() + i * dv, o, dv);
+        if (o_win.size()) {
+          simd::axpy<Real, Arch>(g[2], o_win.data() + i * dv, o, dv);
+        } else {
           st.reset();
-          branch_slc(t);
+          branch_win();
           st.finish(sink, tmp.data());
-          simd::axpy<Real, Arch>(g[1], tmp.data(), o, dv);
+          simd::axpy<Real, Arch>(g[2], tmp.data(), o, dv);
         }
-        st.reset();
-        branch_win();
-        st.finish(sink, tmp.data());
-        simd::axpy<Real, Arch>(g[2], tmp.data(), o, dv);
       }
     }
   }
