@@ -215,40 +215,38 @@ inline double fma_peak_gflops_per_cpu_second(int threads, int reps = 7) {
   return median(g);
 }
 
-/// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
-inline double read_seconds(const float* x, std::size_t n, int threads, int reps = 11) {
+namespace detail {
+/// Median over reps of the wall time of one parallel region of `threads` threads in which
+/// thread t of nt runs pass(t, nt) (a static contiguous share of the probe's buffers).
+template <class Pass>
+inline double median_parallel_seconds(int threads, int reps, Pass&& pass) {
   std::vector<double> secs;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = clock_type::now();
 #pragma omp parallel num_threads(threads)
-    {
-      const std::size_t t = static_cast<std::size_t>(detail::thread_num());
-      const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
-      const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
-      keep(detail::read_once(x + lo, hi - lo));
-    }
+    pass(static_cast<std::size_t>(thread_num()), static_cast<std::size_t>(num_threads()));
     secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
   }
   return median(secs);
+}
+}  // namespace detail
+
+/// Median time (s) to read x[0..n) once with `threads` threads (static contiguous split).
+inline double read_seconds(const float* x, std::size_t n, int threads, int reps = 11) {
+  return detail::median_parallel_seconds(threads, reps, [&](std::size_t t, std::size_t nt) {
+    const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    keep(detail::read_once(x + lo, hi - lo));
+  });
 }
 
 /// Median time (s) to read x[0..n) and write y[0..m) once (detail::read_write_once) with
 /// `threads` threads, each reading and writing its static share of both: the bound of a
 /// memory-bound pass that writes as well as reads (a read-only bound leaves the writes out).
 inline double read_write_seconds(const float* x, std::size_t n, float* y, std::size_t m, int threads, int reps = 11) {
-  std::vector<double> secs;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = clock_type::now();
-#pragma omp parallel num_threads(threads)
-    {
-      const std::size_t t = static_cast<std::size_t>(detail::thread_num());
-      const std::size_t nt = static_cast<std::size_t>(detail::num_threads());
-      const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt, wlo = m * t / nt, whi = m * (t + 1) / nt;
-      keep(detail::read_write_once(x + lo, hi - lo, y + wlo, whi - wlo));
-    }
-    secs.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
-  }
-  return median(secs);
+  return detail::median_parallel_seconds(threads, reps, [&](std::size_t t, std::size_t nt) {
+    const std::size_t lo = n * t / nt, hi = n * (t + 1) / nt, wlo = m * t / nt, whi = m * (t + 1) / nt;
+    keep(detail::read_write_once(x + lo, hi - lo, y + wlo, whi - wlo));
+  });
 }
 
 /// Read bandwidth (GB/s) over a private buffer of `bytes` bytes, first-touched in parallel.
