@@ -106,36 +106,17 @@ template <class Real, class Arch = xsimd::default_arch>
 // bandwidth unused: on the Xeon the benchmarks run on, one stream read 9.6-10.4 GB/s and 8
 // streams 12.3-13.5 GB/s (a 268 MB buffer, the same run), and the mean pool, which reads 4 rows
 // at once, beat a one-stream probe by 18 %. A roofline a kernel can beat is not one.
-[[gnu::noinline]] inline float read_once(const float* x, std::size_t n) {
+/// The probes' pass: 8 streams of x read in 4-batch blocks; with Write, y[0 … m) written too.
+template <bool Write>
+inline float read_pass(const float* x, std::size_t n, float* y, std::size_t m) {
   using B = xsimd::batch<float>;
   constexpr std::size_t L = B::size, Q = 8, blk = 4 * L;
   const std::size_t step = n / Q / blk * blk;  // floats per sub-range, a multiple of the block
-  B s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
-  for (std::size_t i = 0; i < step; i += blk) {
-    for (std::size_t q = 0; q < Q; ++q) {
-      const float* p = x + q * step + i;
-      s0 += B::load_unaligned(p);
-      s1 += B::load_unaligned(p + L);
-      s2 += B::load_unaligned(p + 2 * L);
-      s3 += B::load_unaligned(p + 3 * L);
-    }
-  }
-  float s = xsimd::hadd((s0 + s1) + (s2 + s3));
-  for (std::size_t i = Q * step; i < n; ++i) s += x[i];
-  return s;
-}
-
-/// read_once's 8-stream read of x[0 … n) that also writes y[0 … m) once, spread evenly over the
-/// read (after each block of the read, y up to the same fraction), with non-temporal stores where
-/// y is aligned to the batch: the traffic of a memory-bound pass that reads n floats and writes m,
-/// as the compressor's passes store their entries (store_mode::stream).
-[[gnu::noinline]] inline float read_write_once(const float* x, std::size_t n, float* y, std::size_t m) {
-  using B = xsimd::batch<float>;
-  constexpr std::size_t L = B::size, Q = 8, blk = 4 * L;
-  const std::size_t step = n / Q / blk * blk, blocks = step / blk;
+  const std::size_t blocks = step / blk;
   B s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
   std::size_t w = 0;  // y written up to here; first to the batch alignment, one value at a time
-  while (w < m && reinterpret_cast<std::uintptr_t>(y + w) % sizeof(B) != 0) y[w++] = 0.0f;
+  if constexpr (Write)
+    while (w < m && reinterpret_cast<std::uintptr_t>(y + w) % sizeof(B) != 0) y[w++] = 0.0f;
   for (std::size_t k = 0; k < blocks; ++k) {
     const std::size_t i = k * blk;
     for (std::size_t q = 0; q < Q; ++q) {
@@ -145,14 +126,28 @@ template <class Real, class Arch = xsimd::default_arch>
       s2 += B::load_unaligned(p + 2 * L);
       s3 += B::load_unaligned(p + 3 * L);
     }
-    const auto upto = static_cast<std::size_t>(static_cast<double>(m) * static_cast<double>(k + 1) / static_cast<double>(blocks));
-    for (; w + L <= upto; w += L) simd::stream_store<float, xsimd::default_arch>(y + w, s0);
+    if constexpr (Write) {
+      const auto upto =
+          static_cast<std::size_t>(static_cast<double>(m) * static_cast<double>(k + 1) / static_cast<double>(blocks));
+      for (; w + L <= upto; w += L) simd::stream_store<float, xsimd::default_arch>(y + w, s0);
+    }
   }
-  simd::store_fence();
+  if constexpr (Write) simd::store_fence();
   float s = xsimd::hadd((s0 + s1) + (s2 + s3));
   for (std::size_t i = Q * step; i < n; ++i) s += x[i];
-  for (; w < m; ++w) y[w] = s;
+  if constexpr (Write)
+    for (; w < m; ++w) y[w] = s;
   return s;
+}
+
+[[gnu::noinline]] inline float read_once(const float* x, std::size_t n) { return read_pass<false>(x, n, nullptr, 0); }
+
+/// read_once's 8-stream read of x[0 … n) that also writes y[0 … m) once, spread evenly over the
+/// read (after each block of the read, y up to the same fraction), with non-temporal stores where
+/// y is aligned to the batch: the traffic of a memory-bound pass that reads n floats and writes m,
+/// as the compressor's passes store their entries (store_mode::stream).
+[[gnu::noinline]] inline float read_write_once(const float* x, std::size_t n, float* y, std::size_t m) {
+  return read_pass<true>(x, n, y, m);
 }
 }  // namespace detail
 
