@@ -185,56 +185,83 @@ inline void rotate_pair(Real* r, double c, double s) noexcept {
 }
 
 namespace detail {
-/// Lane maps of rotate_pairs' double batches (pairs interleaved: lane 2k = x0, 2k + 1 = x1).
-struct rope_lane_even {
-  static constexpr unsigned get(unsigned i, unsigned) { return i & ~1u; }
-};
-struct rope_lane_odd {
-  static constexpr unsigned get(unsigned i, unsigned) { return i | 1u; }
-};
-struct rope_lane_swap {
-  static constexpr unsigned get(unsigned i, unsigned) { return i ^ 1u; }
-};
+// Pairs in double batches, interleaved as rotate_pair reads them (lane 2k = x0 or c, lane
+// 2k + 1 = x1 or s): y = fmaddsub(dup_even(X), C, dup_odd(X) · swap(C)), whose even lane is
+// x0·c − x1·s with x1·s rounded and the rest fused, and whose odd lane is x0·s + x1·c with x1·c
+// rounded — rotate_pair's two expressions with its roundings, so the same bits. Three in-lane
+// shuffles, one product and one fused op per L/2 pairs.
+#if defined(__AVX512F__)
+inline __m512d rope_rotate(__m512d X, __m512d C) noexcept {
+  const __m512d t = _mm512_mul_pd(_mm512_permute_pd(X, 0xFF), _mm512_permute_pd(C, 0x55));
+  return _mm512_fmaddsub_pd(_mm512_movedup_pd(X), C, t);
+}
+#endif
+#if defined(__AVX__) && defined(__FMA__)
+inline __m256d rope_rotate(__m256d X, __m256d C) noexcept {
+  const __m256d t = _mm256_mul_pd(_mm256_permute_pd(X, 0xF), _mm256_permute_pd(C, 0x5));
+  return _mm256_fmaddsub_pd(_mm256_movedup_pd(X), C, t);
+}
+#endif
 }  // namespace detail
 
 /// `pairs` adjacent pairs at r rotated by cs (cosine and sine interleaved, as rope_cos_sin
 /// writes them): rotate_pair on each, bit for bit. On a path with a hardware FMA (simd::
-/// fused_fma) the pairs go through double batches — x0 and x1 broadcast within their pair, the
-/// x1 products rounded, then one FMA with the sign of the first lane flipped (exact) — so the
-/// rounding is rotate_pair's; other paths (the scalar reference, sse2) run rotate_pair itself.
+/// fused_fma: AVX-512, FMA3 + AVX2) the pairs go through double batches (detail::rope_rotate);
+/// float rows are widened a whole float batch at a time (8 pairs on AVX-512, 4 on AVX2), then
+/// half a batch, then pair by pair. Other paths (the scalar reference, sse2) run rotate_pair.
 template <class Real, class Arch = simd::default_arch>
 inline void rotate_pairs(Real* r, const double* cs, index_t pairs) noexcept {
   index_t k = 0;
   if constexpr (simd::fused_fma<Arch>()) {  // false for the scalar tag
-    using D = xsimd::batch<double, Arch>;
-    using U = xsimd::batch<std::uint64_t, Arch>;
-    constexpr index_t L = static_cast<index_t>(D::size);  // doubles: L / 2 pairs
-    constexpr auto even = xsimd::make_batch_constant<U, detail::rope_lane_even>();
-    constexpr auto odd = xsimd::make_batch_constant<U, detail::rope_lane_odd>();
-    constexpr auto swap = xsimd::make_batch_constant<U, detail::rope_lane_swap>();
-    alignas(64) double sign_lanes[L];
-    for (index_t i = 0; i < L; ++i) sign_lanes[i] = (i % 2 == 0) ? -1.0 : 1.0;
-    const D sign = D::load_aligned(sign_lanes);
-    alignas(64) double x[L];
-    for (; k + L / 2 <= pairs; k += L / 2) {
-      Real* p = r + 2 * k;
-      D X;
-      if constexpr (std::is_same_v<Real, double>) {
-        X = D::load_unaligned(p);
+#if defined(__AVX512F__)
+    if constexpr (Arch::alignment() == 64) {
+      if constexpr (std::is_same_v<Real, float>) {
+        for (; k + 8 <= pairs; k += 8) {
+          float* p = r + 2 * k;
+          const __m512d f = _mm512_castps_pd(_mm512_loadu_ps(p));
+          const __m512d y0 = detail::rope_rotate(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(f))),
+                                                 _mm512_loadu_pd(cs + 2 * k));
+          const __m512d y1 = detail::rope_rotate(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(f, 1))),
+                                                 _mm512_loadu_pd(cs + 2 * k + 8));
+          const __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(y0)));
+          _mm512_storeu_ps(p, _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1)));
+        }
+        if (k + 4 <= pairs) {
+          float* p = r + 2 * k;
+          const __m512d y = detail::rope_rotate(_mm512_cvtps_pd(_mm256_loadu_ps(p)), _mm512_loadu_pd(cs + 2 * k));
+          _mm256_storeu_ps(p, _mm512_cvtpd_ps(y));
+          k += 4;
+        }
       } else {
-        for (index_t i = 0; i < L; ++i) x[i] = static_cast<double>(p[i]);
-        X = D::load_aligned(x);
-      }
-      const D C = D::load_unaligned(cs + 2 * k);
-      const D t = xsimd::swizzle(X, odd) * xsimd::swizzle(C, swap);  // x1·s, x1·c
-      const D y = simd::fma(xsimd::swizzle(X, even), C, t * sign);     // x0·c − x1·s, x0·s + x1·c
-      if constexpr (std::is_same_v<Real, double>) {
-        y.store_unaligned(p);
-      } else {
-        y.store_aligned(x);
-        for (index_t i = 0; i < L; ++i) p[i] = static_cast<Real>(x[i]);
+        for (; k + 4 <= pairs; k += 4) {
+          _mm512_storeu_pd(r + 2 * k, detail::rope_rotate(_mm512_loadu_pd(r + 2 * k), _mm512_loadu_pd(cs + 2 * k)));
+        }
       }
     }
+#endif
+#if defined(__AVX__) && defined(__FMA__)
+    if constexpr (Arch::alignment() == 32) {
+      if constexpr (std::is_same_v<Real, float>) {
+        for (; k + 4 <= pairs; k += 4) {
+          float* p = r + 2 * k;
+          const __m256 f = _mm256_loadu_ps(p);
+          const __m256d y0 = detail::rope_rotate(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), _mm256_loadu_pd(cs + 2 * k));
+          const __m256d y1 = detail::rope_rotate(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), _mm256_loadu_pd(cs + 2 * k + 4));
+          _mm256_storeu_ps(p, _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(y0)), _mm256_cvtpd_ps(y1), 1));
+        }
+        if (k + 2 <= pairs) {
+          float* p = r + 2 * k;
+          const __m256d y = detail::rope_rotate(_mm256_cvtps_pd(_mm_loadu_ps(p)), _mm256_loadu_pd(cs + 2 * k));
+          _mm_storeu_ps(p, _mm256_cvtpd_ps(y));
+          k += 2;
+        }
+      } else {
+        for (; k + 2 <= pairs; k += 2) {
+          _mm256_storeu_pd(r + 2 * k, detail::rope_rotate(_mm256_loadu_pd(r + 2 * k), _mm256_loadu_pd(cs + 2 * k)));
+        }
+      }
+    }
+#endif
   }
   for (; k < pairs; ++k) rotate_pair(r + 2 * k, cs[2 * k], cs[2 * k + 1]);
 }
