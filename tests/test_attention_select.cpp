@@ -41,9 +41,12 @@ TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attenti
   // H spans both forms on every path (per key and head below half a batch of heads, packed
   // from there: on AVX-512 one head batch, three, and a chunk of four plus one; below, chunks of
   // two ending in one); n = 150 > 64 crosses the packed kernel's key blocks, and its full key
-  // tiles end in single keys
+  // tiles end in single keys. Below half a batch of heads, widths of 1, 2, 4 and 8 batches take
+  // the key-block kernel (index_key_blocks) for whole blocks of L keys and the per-key loop for
+  // the rest (n = 23: one or two blocks and a remainder on every path); both must give the per-key
+  // formula's bits: simd::dot, scaled, ReLU, heads added in order (one fused step on FMA paths).
   for (index_t H : {1, 3, 8, 40, 70}) {
-    for (index_t dI : {1, 7, 16, 33}) {
+    for (index_t dI : {1, 7, 16, 32, 33, 64, 128}) {
       const index_t n = H >= 40 ? 150 : 23;
       const auto q = kt::random_matrix<Real>(H, dI, 81u + static_cast<unsigned>(H * 100 + dI));
       const auto w = kt::random_matrix<Real>(1, H, 82u + static_cast<unsigned>(H));
@@ -53,6 +56,21 @@ TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attenti
         using Arch = decltype(arch);
         std::vector<Real> out(static_cast<std::size_t>(n));
         att::indexer_scores<Real, Arch>(q.data(), w.data(), H, KI.data(), dI, n, dI, scale, out.data());
+        if (!att::detail::index_heads_packed<Real, Arch>(H)) {
+          for (index_t i = 0; i < n; ++i) {
+            Real s = 0;
+            for (index_t h = 0; h < H; ++h) {
+              const Real v = scale * simd::dot<Real, Arch>(q.data() + h * dI, KI.data() + i * dI, dI);
+              if constexpr (simd::fused_fma<Arch>()) {
+                s = std::fma(w(0, h), std::max(v, Real(0)), s);
+              } else {
+                s += w(0, h) * std::max(v, Real(0));
+              }
+            }
+            INFO("arch " << simd::arch_name<Arch>() << " H=" << H << " dI=" << dI << " key " << i);
+            CHECK(out[static_cast<std::size_t>(i)] == s);
+          }
+        }
         for (index_t i = 0; i < n; ++i) {
           double ref = 0, bound = 0;
           for (index_t h = 0; h < H; ++h) {
@@ -139,6 +157,46 @@ TEST_CASE("top-k returns exactly the k largest scores, ties to the lower index",
   CHECK_THROWS_WITH(att::top_k<float>(f, -1), Catch::Contains("k"));
   const std::vector<double> nan{1.0, std::nan("")};
   CHECK_THROWS_WITH(att::top_k<double>(nan, 1), Catch::Contains("scores[1]"));
+}
+
+// csa_select scores queries with few heads in groups of 8 (index_key_scores_group: key blocks
+// shared by the group, each query up to its own visible count). Every list must be the one query
+// alone gives (indexer_scores, then top_k_indices), on every path, for widths that take the key
+// blocks (16, 64) and one that does not (24), queries whose visible counts differ within a group
+// and a group count that leaves a partial group.
+TEMPLATE_TEST_CASE("CSA selection in query groups equals one query at a time on every path", "[attention][select]",
+                   float, double) {
+  using Real = TestType;
+  const cmp::chunk_grid g{.window = 8, .stride = 4};
+  const index_t N = 700, M = 19, E = g.num_entries(N);
+  std::vector<index_t> pos(static_cast<std::size_t>(M));
+  for (index_t i = 0; i < M; ++i) pos[static_cast<std::size_t>(i)] = N - 1 - 13 * (M - 1 - i);
+  for (index_t H : {1, 4}) {
+    for (index_t dI : {16, 24, 64}) {
+      const auto QI = kt::random_matrix<Real>(M, H * dI, 301u + static_cast<unsigned>(H + dI));
+      const auto W = kt::random_matrix<Real>(M, H, 302u + static_cast<unsigned>(H));
+      const auto KI = kt::random_matrix<Real>(E, dI, 303u + static_cast<unsigned>(dI));
+      const att::indexer_params ip{.heads = H, .top_k = 11};
+      const Real scale = att::default_scale<Real>(dI);
+      kvphase::simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        INFO("arch " << kvphase::simd::arch_name<Arch>() << " H=" << H << " dI=" << dI);
+        const auto sel = att::csa_select<Real, Arch>(QI, W, KI, g, pos, ip);
+        REQUIRE(sel.size() == M);
+        for (index_t i = 0; i < M; ++i) {
+          const index_t nv = g.num_visible(pos[static_cast<std::size_t>(i)]);
+          std::vector<Real> q(static_cast<std::size_t>(H * dI)), w(static_cast<std::size_t>(H)), s(static_cast<std::size_t>(nv));
+          for (index_t c = 0; c < H * dI; ++c) q[static_cast<std::size_t>(c)] = QI(i, c);
+          for (index_t h = 0; h < H; ++h) w[static_cast<std::size_t>(h)] = W(i, h);
+          att::indexer_scores<Real, Arch>(q.data(), w.data(), H, KI.data(), dI, nv, dI, scale, s.data());
+          std::vector<index_t> want(static_cast<std::size_t>(std::min(ip.top_k, nv))), work(static_cast<std::size_t>(nv));
+          att::top_k_indices(s.data(), nv, ip.top_k, want.data(), work.data());
+          const auto got = sel.of(i);
+          CHECK(std::vector<index_t>(got.begin(), got.end()) == want);
+        }
+      });
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer score", "[attention][select]", float,

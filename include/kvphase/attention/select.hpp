@@ -222,17 +222,95 @@ inline void index_heads_scores(const Real* qT, const Real* wp, index_t H, const 
 }
 
 /// The per-key form: one dot product over the channels per key and head, heads summed in order.
+/// simd::dot_body(q, key, NB·L) with q's NB batches in registers: the same operations in the same
+/// order (four accumulators over groups of four batches, the rest into the first, combined as
+/// (s0 + s1) + (s2 + s3)), so hsum of it is simd::dot's value (no scalar tail at this width).
+template <class Real, class Arch, int NB>
+inline xsimd::batch<Real, Arch> dot_body_held(const xsimd::batch<Real, Arch>* q, const Real* key) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = static_cast<index_t>(B::size);
+  B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
+  int c = 0;
+  for (; c + 4 <= NB; c += 4) {
+    s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
+    s1 = simd::fma(q[c + 1], B::load_unaligned(key + (c + 1) * L), s1);
+    s2 = simd::fma(q[c + 2], B::load_unaligned(key + (c + 2) * L), s2);
+    s3 = simd::fma(q[c + 3], B::load_unaligned(key + (c + 3) * L), s3);
+  }
+  for (; c < NB; ++c) s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
+  return (s0 + s1) + (s2 + s3);
+}
+
+/// index_key_scores of G queries (query g: qI[g], w[g], scores to out[g]) on keys [0, n − n mod L)
+/// when dI = NB·L: per block of L keys, per query and head, the head's query held in registers
+/// against the block's keys (read from memory once for the G queries, then from L1), the L dot
+/// products reduced at once by simd::hsum_rows (hsum's bits), then the head's term added to the L
+/// keys' sums in a batch: per query and key the operations of index_key_scores' loop (max(v, 0) as
+/// std::max: v unless v < 0), whatever G. Returns the keys done.
+template <class Real, class Arch, int NB>
+inline index_t index_key_blocks(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
+                                index_t ldk, index_t n, Real scale, Real* const* out) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = static_cast<index_t>(B::size);
+  constexpr index_t dI = NB * L;
+  const B zero(Real(0)), sc(scale);
+  B acc[L];
+  index_t i = 0;
+  for (; i + L <= n; i += L) {
+    const Real* keys = KI + i * ldk;
+    for (index_t g = 0; g < G; ++g) {
+      B s = zero;
+      for (index_t h = 0; h < H; ++h) {
+        B q[NB];
+        for (int c = 0; c < NB; ++c) q[c] = B::load_unaligned(qI[g] + h * dI + c * L);
+        for (index_t k = 0; k < L; ++k) acc[k] = dot_body_held<Real, Arch, NB>(q, keys + k * ldk);
+        const B v = sc * simd::hsum_rows<Real, Arch>(acc);
+        s = simd::fma(B(w[g][h]), xsimd::select(v < zero, zero, v), s);
+      }
+      s.store_unaligned(out[g] + i);
+    }
+  }
+  return i;
+}
+
+/// index_key_scores of G queries over their own key counts n[g] (query g: qI[g], w[g], out[g],
+/// room for max n): widths of 1, 2, 4 or 8 batches on FMA paths score whole blocks of L keys for
+/// the G queries together (index_key_blocks, up to the largest n), other widths and the keys
+/// after the blocks query by query. Every score has the bits of the loop below, so they do not
+/// depend on G or on which queries share a call.
+template <class Real, class Arch>
+inline void index_key_scores_group(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
+                                   index_t ldk, const index_t* n, index_t dI, Real scale, Real* const* out) noexcept {
+  index_t done = 0;
+  if constexpr (simd::fused_fma<Arch>()) {
+    constexpr index_t L = simd::lanes<Real, Arch>();
+    const index_t nmax = G > 0 ? *std::max_element(n, n + G) : 0;
+    if (dI == L) done = index_key_blocks<Real, Arch, 1>(qI, w, G, H, KI, ldk, nmax, scale, out);
+    else if (dI == 2 * L) done = index_key_blocks<Real, Arch, 2>(qI, w, G, H, KI, ldk, nmax, scale, out);
+    else if (dI == 4 * L) done = index_key_blocks<Real, Arch, 4>(qI, w, G, H, KI, ldk, nmax, scale, out);
+    else if (dI == 8 * L) done = index_key_blocks<Real, Arch, 8>(qI, w, G, H, KI, ldk, nmax, scale, out);
+  }
+  for (index_t g = 0; g < G; ++g) {
+    for (index_t i = done; i < n[g]; ++i) {
+      Real s = 0;
+      for (index_t h = 0; h < H; ++h) {
+        const Real v = scale * simd::dot<Real, Arch>(qI[g] + h * dI, KI + i * ldk, dI);
+        if constexpr (simd::fused_fma<Arch>()) {
+          s = std::fma(w[g][h], std::max(v, Real(0)), s);  // one rounding, as index_key_blocks
+        } else {
+          s += w[g][h] * std::max(v, Real(0));
+        }
+      }
+      out[g][i] = s;
+    }
+  }
+}
+
+/// One query's per-key scores (index_key_scores_group with G = 1).
 template <class Real, class Arch>
 inline void index_key_scores(const Real* qI, const Real* w, index_t H, const Real* KI, index_t ldk, index_t n,
                              index_t dI, Real scale, Real* out) noexcept {
-  for (index_t i = 0; i < n; ++i) {
-    Real s = 0;
-    for (index_t h = 0; h < H; ++h) {
-      const Real v = scale * simd::dot<Real, Arch>(qI + h * dI, KI + i * ldk, dI);
-      s += w[h] * std::max(v, Real(0));
-    }
-    out[i] = s;
-  }
+  index_key_scores_group<Real, Arch>(&qI, &w, 1, H, KI, ldk, &n, dI, scale, &out);
 }
 
 /// Per-thread scratch of indexer_scores: a packed query and its head weights.
@@ -431,26 +509,51 @@ index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Rea
     require(nv <= KI.rows(), "KI.rows()", KI.rows(),
             "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
   }
+  // few heads: groups of up to 8 consecutive queries scored together (index_key_scores_group:
+  // each key block read once per group; scores independent of the grouping, so of the threads)
+  constexpr index_t group = 8;
+  const bool grouped = !detail::index_heads_packed<Real, Arch>(H);
   return detail::lists_by_query(M, ip.threads, [&](index_t a, index_t b, index_lists& out) {
     out.offsets.reserve(static_cast<std::size_t>(b - a) + 1);
     std::vector<Real> s;
     std::vector<index_t> work, pick;
     detail::index_query_scratch<Real> scratch;
-    matrix_t<Real> qrow(H, dI);
-    std::vector<Real> wrow(static_cast<std::size_t>(H));
-    for (index_t i = a; i < b; ++i) {
-      const index_t nv = grid.num_visible(pos[static_cast<std::size_t>(i)]);
-      s.resize(static_cast<std::size_t>(nv));
-      work.resize(static_cast<std::size_t>(nv));
-      pick.resize(static_cast<std::size_t>(std::min(ip.top_k, nv)));
-      for (index_t h = 0; h < H; ++h) {
-        for (index_t c = 0; c < dI; ++c) qrow(h, c) = QI(i, h * dI + c);
-        wrow[static_cast<std::size_t>(h)] = W(i, h);
+    const index_t G = grouped ? group : 1;
+    matrix_t<Real> qrow(G * H, dI);
+    matrix_t<Real> wrow(G, H);
+    const Real* qp[group];
+    const Real* wp[group];
+    Real* sp[group];
+    index_t nv[group];
+    for (index_t g0 = a; g0 < b; g0 += G) {
+      const index_t m = std::min(G, b - g0);
+      index_t nmax = 0;
+      for (index_t g = 0; g < m; ++g) {
+        const index_t i = g0 + g;
+        nv[g] = grid.num_visible(pos[static_cast<std::size_t>(i)]);
+        nmax = std::max(nmax, nv[g]);
+        for (index_t h = 0; h < H; ++h) {
+          for (index_t c = 0; c < dI; ++c) qrow(g * H + h, c) = QI(i, h * dI + c);
+          wrow(g, h) = W(i, h);
+        }
       }
-      indexer_scores<Real, Arch>(qrow.data(), wrow.data(), H, KI.data(), KI.outerStride(), nv, dI, scale, s.data(),
-                                scratch);
-      const index_t k = top_k_indices(s.data(), nv, ip.top_k, pick.data(), work.data());
-      out.push({pick.data(), static_cast<std::size_t>(k)});
+      s.resize(static_cast<std::size_t>(m * nmax));
+      for (index_t g = 0; g < m; ++g) {
+        qp[g] = qrow.data() + g * H * dI;
+        wp[g] = wrow.data() + g * H;
+        sp[g] = s.data() + g * nmax;
+      }
+      if (grouped) {
+        detail::index_key_scores_group<Real, Arch>(qp, wp, m, H, KI.data(), KI.outerStride(), nv, dI, scale, sp);
+      } else {
+        indexer_scores<Real, Arch>(qp[0], wp[0], H, KI.data(), KI.outerStride(), nv[0], dI, scale, sp[0], scratch);
+      }
+      work.resize(static_cast<std::size_t>(nmax));
+      for (index_t g = 0; g < m; ++g) {
+        pick.resize(static_cast<std::size_t>(std::min(ip.top_k, nv[g])));
+        const index_t k = top_k_indices(sp[g], nv[g], ip.top_k, pick.data(), work.data());
+        out.push({pick.data(), static_cast<std::size_t>(k)});
+      }
     }
   });
 }

@@ -161,6 +161,41 @@ inline void store_fence() noexcept {
 
 // ---- vector kernels --------------------------------------------------------------------------------
 
+/// dot's vector part on a SIMD path: four accumulators over the first ⌊n/4L⌋·4L elements, then
+/// whole batches into the first, combined as (s0 + s1) + (s2 + s3). dot is hsum of it plus
+/// dot_tail; callers that reduce several dot products at once (hsum_rows) get dot's bits.
+template <class Real, class Arch>
+inline xsimd::batch<Real, Arch> dot_body(const Real* a, const Real* b, index_t n) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size;
+  B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
+  index_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+    s1 = simd::fma(B::load_unaligned(a + i + L), B::load_unaligned(b + i + L), s1);
+    s2 = simd::fma(B::load_unaligned(a + i + 2 * L), B::load_unaligned(b + i + 2 * L), s2);
+    s3 = simd::fma(B::load_unaligned(a + i + 3 * L), B::load_unaligned(b + i + 3 * L), s3);
+  }
+  for (; i + L <= n; i += L) s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
+  return (s0 + s1) + (s2 + s3);
+}
+
+/// dot's scalar tail on a SIMD path: s plus the products of the last n mod L elements, in order.
+template <class Real, class Arch>
+inline Real dot_tail(const Real* a, const Real* b, index_t n, Real s) noexcept {
+  constexpr index_t L = xsimd::batch<Real, Arch>::size;
+  index_t i = n / L * L;
+  if constexpr (fused_fma<Arch>()) {
+    // one rounding per step, written out: `s += a·b` is contracted or not depending on the
+    // context the loop is inlined into, and one row's sum must not depend on its caller
+    // (RMSNorm of a tile of entries against one entry: compress/position.hpp, rms_inverses)
+    for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  } else {
+    for (; i < n; ++i) s += a[i] * b[i];
+  }
+  return s;
+}
+
 /// Σ_i a[i]·b[i] over n elements. SIMD paths use four accumulators, then a scalar tail.
 template <class Real, class Arch = default_arch>
 inline Real dot(const Real* a, const Real* b, index_t n) noexcept {
@@ -169,28 +204,55 @@ inline Real dot(const Real* a, const Real* b, index_t n) noexcept {
     for (index_t i = 0; i < n; ++i) s += a[i] * b[i];
     return s;
   } else {
-    using B = xsimd::batch<Real, Arch>;
-    constexpr index_t L = B::size;
-    B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
-    index_t i = 0;
-    for (; i + 4 * L <= n; i += 4 * L) {
-      s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
-      s1 = simd::fma(B::load_unaligned(a + i + L), B::load_unaligned(b + i + L), s1);
-      s2 = simd::fma(B::load_unaligned(a + i + 2 * L), B::load_unaligned(b + i + 2 * L), s2);
-      s3 = simd::fma(B::load_unaligned(a + i + 3 * L), B::load_unaligned(b + i + 3 * L), s3);
-    }
-    for (; i + L <= n; i += L) s0 = simd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), s0);
-    Real s = hsum((s0 + s1) + (s2 + s3));
-    if constexpr (fused_fma<Arch>()) {
-      // one rounding per step, written out: `s += a·b` is contracted or not depending on the
-      // context the loop is inlined into, and one row's sum must not depend on its caller
-      // (RMSNorm of a tile of entries against one entry: compress/position.hpp, rms_inverses)
-      for (; i < n; ++i) s = std::fma(a[i], b[i], s);
-    } else {
-      for (; i < n; ++i) s += a[i] * b[i];
-    }
-    return s;
+    return dot_tail<Real, Arch>(a, b, n, hsum(dot_body<Real, Arch>(a, b, n)));
   }
+}
+
+/// The batch whose lane k is hsum(rows[k]), for the L = batch size batches rows[0 … L), bit for
+/// bit: the same additions as xsimd 8.1's hadd of each batch (AVX-512: lane i + lane i + 8, then
+/// + 4, then adjacent pairs; AVX: + 4, then adjacent pairs), done for all L batches at once with
+/// their lanes transposed (the operands of each addition are hadd's; IEEE addition commutes), so
+/// L reductions cost about as much as two. Other (Real, Arch) pairs reduce batch by batch.
+template <class Real, class Arch>
+inline xsimd::batch<Real, Arch> hsum_rows(const xsimd::batch<Real, Arch>* rows) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr std::size_t L = B::size;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Real, float> && L == 16) {
+    __m512 u[8], t[4], p[2];
+    for (int k = 0; k < 8; ++k) {  // rows 2k, 2k + 1: [lanes i + lanes i + 8 of each]
+      const __m512 a = rows[2 * k], b = rows[2 * k + 1];
+      u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int k = 0; k < 4; ++k)  // four rows a block: lane j + lane j + 4 of each
+      t[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int k = 0; k < 2; ++k)  // adjacent pairs (hadd_ps)
+      p[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    // lane 4m + j of r is row m + 4j; row k is at lane 4·(k mod 4) + k / 4
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return B(_mm512_permutexvar_ps(order, r));
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<Real, float> && L == 8) {
+    __m256 u[4];
+    for (int k = 0; k < 4; ++k) {  // rows 2k, 2k + 1: [lanes i + lanes i + 4 of each]
+      const __m256 a = rows[2 * k], b = rows[2 * k + 1];
+      u[k] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+    const __m256 h0 = _mm256_hadd_ps(u[0], u[1]), h1 = _mm256_hadd_ps(u[2], u[3]);
+    const __m256 r = _mm256_hadd_ps(h0, h1);  // lanes: rows 0, 2, 4, 6, 1, 3, 5, 7
+    return B(_mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+#endif
+  alignas(64) Real out[L];
+  for (std::size_t k = 0; k < L; ++k) out[k] = hsum(rows[k]);
+  return B::load_aligned(out);
 }
 
 /// y[i] += alpha·x[i] over n elements.
