@@ -10,6 +10,7 @@
 #include <kvphase/core/simd.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -381,56 +382,64 @@ TEMPLATE_TEST_CASE("gated mode's selected branch, walked block by block, equals 
   // read once per chunk); every query still attends its blocks in increasing order through its
   // own online softmax. With gates (0, 1, 0) the output is that branch alone: it must equal the
   // per-query streaming softmax over the sorted blocks bit for bit, for 300 queries (three
-  // chunks), lists given in decreasing order, a repeated block, 1–3 threads, sinks, every path.
+  // chunks), lists given in decreasing order, a repeated block, 1–3 threads, sinks, every path;
+  // key widths scored row by row (17) and a block of rows at a time (16, 32). A block is scored
+  // for all the queries that selected it before its values are read, in steps of the key block.
   using Real = TestType;
-  const index_t N = 400, d = 17, dv = 6, M = 300, blk = 16;
-  const auto Q = kt::random_matrix<Real>(M, d, 61u, 2.0);
-  const auto K = kt::random_matrix<Real>(N, d, 62u);
-  const auto V = kt::random_matrix<Real>(N, dv, 63u);
-  const cmp::chunk_grid g{.window = 8, .stride = 4};
-  const matrix_t<Real> Kc = mean_pool(K, g), Vc = mean_pool(V, g);
-  std::vector<index_t> pos(static_cast<std::size_t>(M));
-  att::index_lists up, down;
-  for (index_t i = 0; i < M; ++i) {
-    const index_t t = N - M + i;
-    pos[static_cast<std::size_t>(i)] = t;
-    std::vector<index_t> bs;
-    for (index_t b = 0; b <= t / blk; ++b)
-      if ((b * 7 + i * 3) % 5 < 2 || b == t / blk) bs.push_back(b);
-    if (i % 11 == 0) bs.push_back(bs.back());  // a block listed twice is attended twice
-    up.push(bs);
-    std::reverse(bs.begin(), bs.end());
-    down.push(bs);
-  }
-  std::vector<Real> gates(static_cast<std::size_t>(3 * M));
-  for (index_t i = 0; i < M; ++i) gates[static_cast<std::size_t>(3 * i + 1)] = Real(1);
-  for (double sink : {-std::numeric_limits<double>::infinity(), 0.5}) {
-    simd::for_each_arch([&](auto arch) {
-      using Arch = decltype(arch);
-      const Real scale = att::default_scale<Real>(d);
-      matrix_t<Real> want(M, dv);
-      att::online_softmax<Real, Arch> st(dv, 8);
-      for (index_t i = 0; i < M; ++i) {
-        const index_t t = pos[static_cast<std::size_t>(i)];
-        st.reset();
-        for (index_t b : up.of(i)) {
-          const index_t lo = b * blk, hi = std::min(t, (b + 1) * blk - 1);
-          st.add_rows(Q.data() + i * d, K.data() + lo * d, d, V.data() + lo * dv, dv, hi - lo + 1, d, scale);
+  // (key width, selection block, key block): row by row, and whole blocks of rows in one and in
+  // several steps per selected block
+  for (const auto& [d, blk, kb] : {std::array<index_t, 3>{17, 16, 8}, {16, 48, 64}, {32, 48, 16}}) {
+    const index_t N = 400, dv = 6, M = 300;
+    const auto Q = kt::random_matrix<Real>(M, d, 61u, 2.0);
+    const auto K = kt::random_matrix<Real>(N, d, 62u);
+    const auto V = kt::random_matrix<Real>(N, dv, 63u);
+    const cmp::chunk_grid g{.window = 8, .stride = 4};
+    const matrix_t<Real> Kc = mean_pool(K, g), Vc = mean_pool(V, g);
+    std::vector<index_t> pos(static_cast<std::size_t>(M));
+    att::index_lists up, down;
+    for (index_t i = 0; i < M; ++i) {
+      const index_t t = N - M + i;
+      pos[static_cast<std::size_t>(i)] = t;
+      std::vector<index_t> bs;
+      for (index_t b = 0; b <= t / blk; ++b)
+        if ((b * 7 + i * 3) % 5 < 2 || b == t / blk) bs.push_back(b);
+      if (i % 11 == 0) bs.push_back(bs.back());  // a block listed twice is attended twice
+      up.push(bs);
+      std::reverse(bs.begin(), bs.end());
+      down.push(bs);
+    }
+    std::vector<Real> gates(static_cast<std::size_t>(3 * M));
+    for (index_t i = 0; i < M; ++i) gates[static_cast<std::size_t>(3 * i + 1)] = Real(1);
+    for (double sink : {-std::numeric_limits<double>::infinity(), 0.5}) {
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        const Real scale = att::default_scale<Real>(d);
+        matrix_t<Real> want(M, dv);
+        att::online_softmax<Real, Arch> st(dv, kb);
+        for (index_t i = 0; i < M; ++i) {
+          const index_t t = pos[static_cast<std::size_t>(i)];
+          st.reset();
+          for (index_t b : up.of(i)) {
+            const index_t lo = b * blk, hi = std::min(t, (b + 1) * blk - 1);
+            st.add_rows(Q.data() + i * d, K.data() + lo * d, d, V.data() + lo * dv, dv, hi - lo + 1, d, scale);
+          }
+          st.finish(static_cast<Real>(sink), want.data() + i * dv);
         }
-        st.finish(static_cast<Real>(sink), want.data() + i * dv);
-      }
-      for (const att::index_lists* lists : {&up, &down}) {
-        for (int threads : {1, 2, 3}) {
-          att::compressed_params p{.window = 5, .combine = att::combine_mode::gated, .select_block = blk,
-                                   .attn = {.sink = sink, .block = 8, .threads = threads}};
-          matrix_t<Real> O(M, dv);
-          att::compressed_attention<Real, Arch>(Q, pos, Kc, Vc, g, K, V, p, O,
-                                                att::compressed_selection<Real>{.blocks = lists, .gates = gates});
-          INFO("arch " << simd::arch_name<Arch>() << " sink " << sink << " threads " << threads
-                       << (lists == &up ? " increasing" : " decreasing"));
-          CHECK(O == want);
+        for (const att::index_lists* lists : {&up, &down}) {
+          for (int threads : {1, 2, 3}) {
+            att::compressed_params p{.window = 5,
+                                     .combine = att::combine_mode::gated,
+                                     .select_block = blk,
+                                     .attn = {.sink = sink, .block = kb, .threads = threads}};
+            matrix_t<Real> O(M, dv);
+            att::compressed_attention<Real, Arch>(Q, pos, Kc, Vc, g, K, V, p, O,
+                                                  att::compressed_selection<Real>{.blocks = lists, .gates = gates});
+            INFO("arch " << simd::arch_name<Arch>() << " d " << d << " block " << blk << " key block " << kb << " sink " << sink << " threads " << threads
+                         << (lists == &up ? " increasing" : " decreasing"));
+            CHECK(O == want);
+          }
         }
-      }
-    });
+      });
+    }
   }
 }

@@ -74,6 +74,52 @@ TEMPLATE_TEST_CASE("score_rows matches the double reference on every path", "[at
   }
 }
 
+TEMPLATE_TEST_CASE("score_rows and score_indexed equal scale times simd::dot per row, bit for bit, on every path",
+                   "[attention][kernels]", float, double) {
+  // Widths of 1, 2, 4 and 8 batches are scored a block of rows at a time (the query held in
+  // registers, the block's dot products reduced by hsum_rows); every score must still be
+  // scale · simd::dot of its row, the form they replaced, for block-sized and ragged row counts,
+  // strided and gathered rows, and the widths around the block widths. add_scored after
+  // score_rows must be add_rows.
+  using Real = TestType;
+  for (index_t d : {1, 2, 4, 7, 8, 16, 24, 32, 64, 65, 128, 256}) {
+    const index_t ld = d + 3, rows = 70;
+    const auto K = kt::random_matrix<Real>(rows, ld, 501u + static_cast<unsigned>(d), 2.0);
+    const auto V = kt::random_matrix<Real>(rows, 5, 502u + static_cast<unsigned>(d));
+    const auto q = kt::random_matrix<Real>(1, d, 503u + static_cast<unsigned>(d), 2.0);
+    const Real scale = att::default_scale<Real>(d);
+    std::vector<index_t> idx;
+    for (index_t j = 0; j < 50; ++j) idx.push_back((j * 37 + 11) % rows);
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      for (index_t n : {0, 1, 15, 16, 17, 33, 50}) {
+        std::vector<Real> s(static_cast<std::size_t>(n) + 1, Real(-7)), si(static_cast<std::size_t>(n) + 1, Real(-7));
+        att::score_rows<Real, Arch>(q.data(), K.data(), ld, n, d, scale, s.data());
+        att::score_indexed<Real, Arch>(q.data(), K.data(), ld, idx.data(), n, d, scale, si.data());
+        index_t differ = 0;
+        for (index_t j = 0; j < n; ++j) {
+          differ += s[static_cast<std::size_t>(j)] != scale * simd::dot<Real, Arch>(q.data(), K.data() + j * ld, d);
+          differ += si[static_cast<std::size_t>(j)] !=
+                    scale * simd::dot<Real, Arch>(q.data(), K.data() + idx[static_cast<std::size_t>(j)] * ld, d);
+        }
+        INFO("arch " << simd::arch_name<Arch>() << " d=" << d << " n=" << n);
+        CHECK(differ == 0);
+        CHECK(s[static_cast<std::size_t>(n)] == Real(-7));  // nothing written past n
+        CHECK(si[static_cast<std::size_t>(n)] == Real(-7));
+        // where multiply-adds are fused operations (elsewhere the compiler may contract them in
+        // one loop and not in another, and callers keep add_rows)
+        if (n == 0 || !simd::fused_fma<Arch>()) continue;
+        att::online_softmax<Real, Arch> a(5, 64), b(5, 64);
+        a.add_rows(q.data(), K.data(), ld, V.data(), 5, n, d, scale);
+        b.add_scored(s.data(), V.data(), 5, n);
+        CHECK(a.running_max() == b.running_max());
+        CHECK(a.running_sum() == b.running_sum());
+        for (index_t c = 0; c < 5; ++c) CHECK(a.accumulator()[c] == b.accumulator()[c]);
+      }
+    });
+  }
+}
+
 TEMPLATE_TEST_CASE("softmax_with_sink matches the reference, a sink of -inf is no sink", "[attention][kernels]",
                    float, double) {
   using Real = TestType;

@@ -101,9 +101,13 @@ TEMPLATE_TEST_CASE("top-k's radix select equals the sorted reference on signs, z
   const Real inf = std::numeric_limits<Real>::infinity();
   const Real tiny = std::numeric_limits<Real>::denorm_min(), big = std::numeric_limits<Real>::max();
   // 0: normal; 1: four values (ties at every threshold); 2: mixed magnitudes and specials;
-  // 3: all equal; 4: values that differ only in the last bits (every radix digit matters)
-  for (index_t n : {1, 3, 17, 2048, 5001}) {
-    for (int kind = 0; kind < 5; ++kind) {
+  // 3: all equal; 4: values that differ only in the last bits (every radix digit matters);
+  // 5: spikes at every 32nd index, where the floor's samples fall for n = 8192 (the floor is a
+  // spike: too few reach it for k ≥ 257, so the select runs on all n; ties among the spikes for
+  // smaller k); 6: eight levels (ties at the floor itself). From n = 2048 and k ≤ n/8 the select
+  // runs on the scores at or above a sampled floor.
+  for (index_t n : {1, 3, 17, 2048, 5001, 8192}) {
+    for (int kind = 0; kind < 7; ++kind) {
       std::vector<Real> s(static_cast<std::size_t>(n));
       std::normal_distribution<double> nd;
       for (index_t i = 0; i < n; ++i) {
@@ -116,10 +120,12 @@ TEMPLATE_TEST_CASE("top-k's radix select equals the sorted reference on signs, z
         }
         if (kind == 3) v = Real(-0.5);
         if (kind == 4) v = std::nextafter(Real(1), Real(2)) + static_cast<Real>(g() % 64) * std::numeric_limits<Real>::epsilon();
+        if (kind == 5 && i % 32 == 0) v = Real(100);
+        if (kind == 6) v = static_cast<Real>(static_cast<int>(g() % 8));
         s[static_cast<std::size_t>(i)] = v;
       }
       std::vector<double> sd(s.begin(), s.end());
-      for (index_t k : {index_t(1), index_t(2), n / 3 + 1, n / 2, n - 1, n, n + 5}) {
+      for (index_t k : {index_t(1), index_t(2), n / 64, n / 16, n / 8, n / 8 + 1, n / 3 + 1, n / 2, n - 1, n, n + 5}) {
         if (k < 1) continue;
         const auto got = att::top_k<Real>(s, k);
         INFO("n=" << n << " kind=" << kind << " k=" << k);

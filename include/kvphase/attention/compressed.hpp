@@ -94,12 +94,15 @@ namespace detail {
 /// NSA's selected branch in gated mode, block by block: out[i] = the softmax (with the sink) of
 /// query i over the raw tokens of its selected blocks up to its position, for M queries. Queries
 /// are taken in chunks of 128; a chunk's (block, query) pairs are sorted by block, and every
-/// query keeps its own online softmax, so a block's rows are read once for all the queries of the
-/// chunk that selected it while each query still attends its blocks one add_rows call at a time,
-/// in increasing block order: for lists in that order (nsa_select's) the same operations in the
-/// same order as one query at a time, so the same bits; for any list, the result does not depend
-/// on its order. Chunks are split statically over `threads`: a query's output does not depend on
-/// the thread count.
+/// query keeps its own online softmax. A block is read for all the queries of the chunk that
+/// selected it, in steps of at most `key_block` rows: first every query's scores against the
+/// step's keys (the keys stay in L1 across the queries), then every query's absorb of the step's
+/// values (the same for the values); on paths without fused multiply-adds, one query at a time
+/// with add_rows. Each query still attends its blocks in increasing block order and each block
+/// in add_rows' steps, so for lists in that order (nsa_select's) the same operations in the same
+/// order as one query at a time with add_rows: the same bits; for any
+/// list, the result does not depend on its order. Chunks are split statically over `threads`: a
+/// query's output does not depend on the thread count.
 template <class Real, class Arch>
 void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& tpos, const cref<Real>& K,
                               const cref<Real>& V, const index_lists& blocks, index_t select_block, index_t dv,
@@ -107,6 +110,7 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
   const index_t M = Q.rows(), d = Q.cols();
   constexpr index_t chunk = 128;
   const index_t nchunks = (M + chunk - 1) / chunk;
+  const index_t step = std::min(key_block, select_block);  // rows scored and absorbed at once
   out.resize(M, dv);
   std::vector<online_softmax<Real, Arch>> proto(static_cast<std::size_t>(std::min(M, chunk)),
                                                 online_softmax<Real, Arch>(dv, key_block));
@@ -115,6 +119,8 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
     std::vector<online_softmax<Real, Arch>> st = proto;  // each thread's states (allocated here, outside the loop)
     std::vector<std::pair<index_t, index_t>> pairs;      // (block, query)
     pairs.reserve(blocks.indices.size() / static_cast<std::size_t>(std::max<index_t>(nchunks, 1)) + 16);
+    std::vector<Real> sc;       // a step's scores, per (block, query) pair
+    std::vector<index_t> rank;  // a pair's occurrence among its block's pairs
 #pragma omp for schedule(static)
     for (index_t c = 0; c < nchunks; ++c) {
       const index_t a = c * chunk, b = std::min(M, a + chunk);
@@ -124,13 +130,56 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
         for (index_t j : blocks.of(i)) pairs.emplace_back(j, i);
       }
       std::sort(pairs.begin(), pairs.end());
-      for (const auto& [j, i] : pairs) {
-        const index_t t = tpos[static_cast<std::size_t>(i)];
-        const index_t lo = j * select_block, hi = std::min(t, (j + 1) * select_block - 1);
-        if (hi >= lo)
-          st[static_cast<std::size_t>(i - a)].add_rows(Q.data() + i * Q.outerStride(), K.data() + lo * K.outerStride(),
-                                                        K.outerStride(), V.data() + lo * V.outerStride(),
-                                                        V.outerStride(), hi - lo + 1, d, scale);
+      if constexpr (!simd::fused_fma<Arch>()) {
+        // one query at a time per block (add_rows): where the multiply-adds are not fused
+        // operations the compiler may contract them in one loop and not in another, so the
+        // scores and their absorb stay in the loop they have in a one-query call
+        for (const auto& [j, i] : pairs) {
+          const index_t t = tpos[static_cast<std::size_t>(i)];
+          const index_t lo = j * select_block, hi = std::min(t, (j + 1) * select_block - 1);
+          if (hi >= lo)
+            st[static_cast<std::size_t>(i - a)].add_rows(
+                Q.data() + i * Q.outerStride(), K.data() + lo * K.outerStride(), K.outerStride(),
+                V.data() + lo * V.outerStride(), V.outerStride(), hi - lo + 1, d, scale);
+        }
+      } else {
+        for (std::size_t g0 = 0; g0 < pairs.size();) {  // the queries of one block: pairs [g0, g1)
+          const index_t j = pairs[g0].first;
+          std::size_t g1 = g0;
+          while (g1 < pairs.size() && pairs[g1].first == j) ++g1;
+          if (sc.size() < (g1 - g0) * static_cast<std::size_t>(step))
+            sc.resize((g1 - g0) * static_cast<std::size_t>(step));
+          // a block a query lists twice is attended twice, whole block after whole block: rounds of
+          // pairs by occurrence (duplicates are adjacent after the sort), round r the (r+1)-th ones
+          rank.assign(g1 - g0, 0);
+          index_t rounds = 1;
+          for (std::size_t g = g0 + 1; g < g1; ++g)
+            if (pairs[g] == pairs[g - 1]) rounds = std::max(rounds, (rank[g - g0] = rank[g - g0 - 1] + 1) + 1);
+          const index_t lo = j * select_block, end = (j + 1) * select_block;  // the block's rows [lo, end)
+          for (index_t round = 0; round < rounds; ++round) {
+            for (index_t r0 = lo; r0 < end; r0 += step) {
+              const index_t r1 = std::min(end, r0 + step);
+              auto rows = [&](std::size_t g) {  // the step's rows the pair's query attends (up to its position)
+                if (rank[g - g0] != round) return index_t(0);
+                return std::max<index_t>(0, std::min(r1, tpos[static_cast<std::size_t>(pairs[g].second)] + 1) - r0);
+              };
+              for (std::size_t g = g0; g < g1; ++g) {
+                const index_t n = rows(g), i = pairs[g].second;
+                if (n > 0)
+                  score_rows<Real, Arch>(Q.data() + i * Q.outerStride(), K.data() + r0 * K.outerStride(),
+                                         K.outerStride(), n, d, scale,
+                                         sc.data() + (g - g0) * static_cast<std::size_t>(step));
+              }
+              for (std::size_t g = g0; g < g1; ++g) {
+                const index_t n = rows(g), i = pairs[g].second;
+                if (n > 0)
+                  st[static_cast<std::size_t>(i - a)].add_scored(sc.data() + (g - g0) * static_cast<std::size_t>(step),
+                                                                 V.data() + r0 * V.outerStride(), V.outerStride(), n);
+              }
+            }
+          }
+          g0 = g1;
+        }
       }
       for (index_t i = a; i < b; ++i) st[static_cast<std::size_t>(i - a)].finish(sink, out.data() + i * dv);
     }
@@ -140,10 +189,9 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
 
 /// Compressed attention (see the file comment). pos empty: query i at position N − M + i.
 template <class Real, class Arch = simd::default_arch>
-void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, const cref<Real>& Kc,
-                          const cref<Real>& Vc, const compress::chunk_grid& grid, const cref<Real>& K,
-                          const cref<Real>& V, const compressed_params& p, mref<Real> O,
-                          const compressed_selection<Real>& sel = {}) {
+void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, const cref<Real>& Kc, const cref<Real>& Vc,
+                          const compress::chunk_grid& grid, const cref<Real>& K, const cref<Real>& V,
+                          const compressed_params& p, mref<Real> O, const compressed_selection<Real>& sel = {}) {
   p.validate();
   grid.validate();
   const index_t M = Q.rows(), d = Q.cols(), N = K.rows(), E = Kc.rows(), dv = V.cols();
@@ -166,11 +214,11 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
   }
   for (index_t i = 0; i < M; ++i) {
     const index_t t = tpos[static_cast<std::size_t>(i)];
-    require(t >= 0 && t < N, "pos[" + std::to_string(i) + "]", t, "must be in [0, K.rows() = " + std::to_string(N) + ")");
+    if (t < 0 || t >= N) fail("pos[" + std::to_string(i) + "]", t, "must be in [0, K.rows() = " + std::to_string(N) + ")");
     if (p.compressed && !sel.entries) {
-      require(grid.num_visible(t) <= E, "Kc.rows()", E,
-              "must cover the " + std::to_string(grid.num_visible(t)) + " entries visible at position " +
-                  std::to_string(t));
+      if (grid.num_visible(t) > E)
+        fail("Kc.rows()", E,
+             "must cover the " + std::to_string(grid.num_visible(t)) + " entries visible at position " + std::to_string(t));
     }
   }
   if (sel.entries) {
@@ -178,8 +226,9 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
     for (index_t i = 0; i < M; ++i) {
       const index_t nv = std::min(grid.num_visible(tpos[static_cast<std::size_t>(i)]), E);
       for (index_t e : sel.entries->of(i)) {
-        require(e >= 0 && e < nv, "selection.entries[" + std::to_string(i) + "]", e,
-                "must name an entry visible to the query (< " + std::to_string(nv) + ")");
+        if (e < 0 || e >= nv)
+          fail("selection.entries[" + std::to_string(i) + "]", e,
+               "must name an entry visible to the query (< " + std::to_string(nv) + ")");
       }
     }
   }
@@ -188,8 +237,9 @@ void compressed_attention(const cref<Real>& Q, std::span<const index_t> pos, con
     for (index_t i = 0; i < M; ++i) {
       const index_t t = tpos[static_cast<std::size_t>(i)];
       for (index_t b : sel.blocks->of(i)) {
-        require(b >= 0 && b <= t / p.select_block, "selection.blocks[" + std::to_string(i) + "]", b,
-                "must be a block that starts at or before the query position " + std::to_string(t));
+        if (b < 0 || b > t / p.select_block)
+          fail("selection.blocks[" + std::to_string(i) + "]", b,
+               "must be a block that starts at or before the query position " + std::to_string(t));
       }
     }
   }

@@ -224,8 +224,7 @@ void full_attention(const cref<Real>& Q, const cref<Real>& K, const cref<Real>& 
             "must equal Q.rows() (" + std::to_string(M) + ") or be 0");
     for (index_t i = 0; i < M; ++i) {
       const index_t t = pos[static_cast<std::size_t>(i)];
-      require(t >= 0 && t < n, "pos[" + std::to_string(i) + "]", t,
-              "must be in [0, K.rows() = " + std::to_string(n) + ")");
+      if (t < 0 || t >= n) fail("pos[" + std::to_string(i) + "]", t, "must be in [0, K.rows() = " + std::to_string(n) + ")");
       end[static_cast<std::size_t>(i)] = t + 1;
     }
   }

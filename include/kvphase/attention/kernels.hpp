@@ -44,20 +44,62 @@ inline Real default_scale(index_t d) noexcept {
 
 // ---- scores ------------------------------------------------------------------------------------
 
-/// s[j] = scale · ⟨q, K[j, 0:d]⟩ for j ∈ [0, n).
-///   q: [d]; K: [n × ldk]; s: [n] (written).
-template <class Real, class Arch = simd::default_arch>
-inline void score_rows(const Real* q, const Real* K, index_t ldk, index_t n, index_t d, Real scale,
-                       Real* s) noexcept {
-  for (index_t j = 0; j < n; ++j) s[j] = scale * simd::dot<Real, Arch>(q, K + j * ldk, d);
+namespace detail {
+/// Scores of rows [0, n − n mod L) when d = NB·L: q's NB batches held in registers against a
+/// block of L rows, the L dot products reduced at once by simd::hsum_rows, scaled in a batch.
+/// Every score is scale · simd::dot(q, row, d) bit for bit (dot_body_held is dot_body, hsum_rows
+/// is hsum, and there is no tail at this width). Returns the rows done.
+template <class Real, class Arch, int NB, class RowOf>
+inline index_t score_row_blocks(const Real* q, const RowOf& row_of, index_t n, Real scale, Real* s) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = static_cast<index_t>(B::size);
+  B qh[NB];
+  for (int c = 0; c < NB; ++c) qh[c] = B::load_unaligned(q + c * L);
+  const B sc(scale);
+  B acc[L];
+  index_t j = 0;
+  for (; j + L <= n; j += L) {
+    for (index_t k = 0; k < L; ++k) acc[k] = simd::dot_body_held<Real, Arch, NB>(qh, row_of(j + k));
+    (sc * simd::hsum_rows<Real, Arch>(acc)).store_unaligned(s + j);
+  }
+  return j;
 }
 
-/// s[j] = scale · ⟨q, K[idx[j], 0:d]⟩ for j ∈ [0, n): scores of selected rows.
+/// s[j] = scale · simd::dot(q, row_of(j), d) for j ∈ [0, n): on fused-FMA SIMD paths with d of
+/// 1, 2, 4 or 8 batches, whole blocks of L rows at a time (score_row_blocks, the same bits), the
+/// rest row by row. Fused paths only: elsewhere simd::fma is a multiply and an add that the
+/// compiler may contract in one loop and not in another, and a score must not depend on which
+/// loop computed it.
+template <class Real, class Arch, class RowOf>
+inline void score_any(const Real* q, const RowOf& row_of, index_t n, index_t d, Real scale, Real* s) noexcept {
+  index_t done = 0;
+  if constexpr (!simd::is_scalar_v<Arch> && simd::fused_fma<Arch>()) {
+    constexpr index_t L = simd::lanes<Real, Arch>();
+    if (d == L) done = score_row_blocks<Real, Arch, 1>(q, row_of, n, scale, s);
+    else if (d == 2 * L) done = score_row_blocks<Real, Arch, 2>(q, row_of, n, scale, s);
+    else if (d == 4 * L) done = score_row_blocks<Real, Arch, 4>(q, row_of, n, scale, s);
+    else if (d == 8 * L) done = score_row_blocks<Real, Arch, 8>(q, row_of, n, scale, s);
+  }
+  for (index_t j = done; j < n; ++j) s[j] = scale * simd::dot<Real, Arch>(q, row_of(j), d);
+}
+}  // namespace detail
+
+/// s[j] = scale · ⟨q, K[j, 0:d]⟩ for j ∈ [0, n): per score scale · simd::dot (computed a block
+/// of rows at a time where the width allows, the same bits).
+///   q: [d]; K: [n × ldk]; s: [n] (written).
+template <class Real, class Arch = simd::default_arch>
+inline void score_rows(const Real* q, const Real* K, index_t ldk, index_t n, index_t d, Real scale, Real* s) noexcept {
+  detail::score_any<Real, Arch>(
+      q, [&](index_t j) { return K + j * ldk; }, n, d, scale, s);
+}
+
+/// s[j] = scale · ⟨q, K[idx[j], 0:d]⟩ for j ∈ [0, n): scores of selected rows (as score_rows).
 ///   q: [d]; K: [rows × ldk]; idx: [n] row indices; s: [n] (written).
 template <class Real, class Arch = simd::default_arch>
-inline void score_indexed(const Real* q, const Real* K, index_t ldk, const index_t* idx, index_t n,
-                          index_t d, Real scale, Real* s) noexcept {
-  for (index_t j = 0; j < n; ++j) s[j] = scale * simd::dot<Real, Arch>(q, K + idx[j] * ldk, d);
+inline void score_indexed(const Real* q, const Real* K, index_t ldk, const index_t* idx, index_t n, index_t d,
+                          Real scale, Real* s) noexcept {
+  detail::score_any<Real, Arch>(
+      q, [&](index_t j) { return K + idx[j] * ldk; }, n, d, scale, s);
 }
 
 // ---- softmax with sink ---------------------------------------------------------------------------
@@ -142,6 +184,14 @@ class online_softmax {
       score_indexed<Real, Arch>(q, K, ldk, idx + j0, b, d, scale, s_.data());
       absorb(s_.data(), b, [&](index_t j) { return V + idx[j0 + j] * ldv; });
     }
+  }
+
+  /// Attends rows [0, n) of V whose scores s[j] = scale·⟨q, k_j⟩ are already computed (by
+  /// score_rows or score_indexed), n ≤ block: add_rows' step after its scores, so score_rows
+  /// then add_scored is add_rows on n ≤ block rows, bit for bit. For callers that score several
+  /// queries against one block of keys before reading its values. s: [n], overwritten.
+  void add_scored(Real* s, const Real* V, index_t ldv, index_t n) noexcept {
+    absorb(s, n, [&](index_t j) { return V + j * ldv; });
   }
 
   /// Writes out[c] = acc[c] / (l + exp(sink − m)), c ∈ [0, dv); returns the log-denominator

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -221,25 +222,7 @@ inline void index_heads_scores(const Real* qT, const Real* wp, index_t H, const 
   }
 }
 
-/// The per-key form: one dot product over the channels per key and head, heads summed in order.
-/// simd::dot_body(q, key, NB·L) with q's NB batches in registers: the same operations in the same
-/// order (four accumulators over groups of four batches, the rest into the first, combined as
-/// (s0 + s1) + (s2 + s3)), so hsum of it is simd::dot's value (no scalar tail at this width).
-template <class Real, class Arch, int NB>
-inline xsimd::batch<Real, Arch> dot_body_held(const xsimd::batch<Real, Arch>* q, const Real* key) noexcept {
-  using B = xsimd::batch<Real, Arch>;
-  constexpr index_t L = static_cast<index_t>(B::size);
-  B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
-  int c = 0;
-  for (; c + 4 <= NB; c += 4) {
-    s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
-    s1 = simd::fma(q[c + 1], B::load_unaligned(key + (c + 1) * L), s1);
-    s2 = simd::fma(q[c + 2], B::load_unaligned(key + (c + 2) * L), s2);
-    s3 = simd::fma(q[c + 3], B::load_unaligned(key + (c + 3) * L), s3);
-  }
-  for (; c < NB; ++c) s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
-  return (s0 + s1) + (s2 + s3);
-}
+// ---- the per-key form: one dot product over the channels per key and head, heads summed in order
 
 /// index_key_scores of G queries (query g: qI[g], w[g], scores to out[g]) on keys [0, n − n mod L)
 /// when dI = NB·L: per block of L keys, per query and head, the head's query held in registers
@@ -263,7 +246,7 @@ inline index_t index_key_blocks(const Real* const* qI, const Real* const* w, ind
       for (index_t h = 0; h < H; ++h) {
         B q[NB];
         for (int c = 0; c < NB; ++c) q[c] = B::load_unaligned(qI[g] + h * dI + c * L);
-        for (index_t k = 0; k < L; ++k) acc[k] = dot_body_held<Real, Arch, NB>(q, keys + k * ldk);
+        for (index_t k = 0; k < L; ++k) acc[k] = simd::dot_body_held<Real, Arch, NB>(q, keys + k * ldk);
         const B v = sc * simd::hsum_rows<Real, Arch>(acc);
         s = simd::fma(B(w[g][h]), xsimd::select(v < zero, zero, v), s);
       }
@@ -376,10 +359,16 @@ inline auto order_key(Real x) noexcept {
 /// returned in increasing index order. scores must not contain NaN.  Returns the count.
 ///   scores: [n]; out: [min(k, n)]; work: [n] scratch.
 /// A radix select on order_key, 11 bits a pass from the top: each pass counts the candidates'
-/// digits, keeps the bin that holds the k-th largest and narrows the candidates to it (in work),
-/// until the bin's candidates are exactly the ones still needed or every digit is fixed. One
-/// scan in index order then keeps the keys above the threshold and, of the keys equal to it, the
-/// lowest indices: the rule above, in increasing index order, without sorting.
+/// digits, keeps the bin that holds the k-th largest and narrows the candidates to it, until the
+/// bin's candidates are exactly the ones still needed or every digit is fixed. One scan in index
+/// order then keeps the keys above the threshold and, of the keys equal to it, the lowest
+/// indices: the rule above, in increasing index order, without sorting.
+/// The candidates are all n, or, when k is a small share of a long list (k ≤ n/8, n ≥ 2048),
+/// the scores at or above a floor: the score of rank ≈ 1.5·k/n·256 + 8 among 256 evenly spaced
+/// samples. If at least k and at most n/2 scores reach it (almost always), the k largest are
+/// among them, and the select and the final scan run on these (listed in index order by one
+/// branch-free pass) instead of on all n; otherwise on all n. The floor only narrows where the
+/// k-th largest is looked for, so the result is the same either way.
 template <class Real>
 inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* out, index_t* work) noexcept {
   k = std::min(k, n);
@@ -391,19 +380,44 @@ inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* 
   using U = decltype(detail::order_key(Real(0)));
   constexpr int bits = 8 * sizeof(U), radix = 11;
   constexpr std::size_t nb = std::size_t(1) << radix;
+  // the candidate list: cand[0 … nc) in index order (nc < 0: all n); the select narrows its own
+  // copy in sel[0 … m) (m < 0 before the first pass: the candidates themselves)
+  const index_t* cand = nullptr;
+  index_t nc = -1;
+  index_t* sel = work;
+  if (constexpr index_t samples = 256; n >= 2048 && k <= n / 8) {
+    std::array<Real, samples> smp;
+    for (index_t j = 0; j < samples; ++j) smp[static_cast<std::size_t>(j)] = scores[j * n / samples];
+    const index_t r = std::min<index_t>(samples - 1, (3 * k * samples) / (2 * n) + 8);  // rank from the top
+    std::nth_element(smp.begin(), smp.begin() + r, smp.end(), std::greater<Real>());
+    const Real floor = smp[static_cast<std::size_t>(r)];
+    index_t c = 0;
+    for (index_t i = 0; i < n; ++i) {  // branch-free: which scores reach the floor is data
+      work[c] = i;
+      c += static_cast<index_t>(scores[i] >= floor);
+    }
+    if (c >= k && 2 * c <= n) {  // the k largest all reach the floor: select among these c
+      cand = work;
+      nc = c;
+      sel = work + c;
+    }
+  }
   std::array<std::uint32_t, nb> hist;
   U prefix = 0, fixed = 0;  // the threshold's digits found so far, and the mask of their bits
   index_t need = k;         // keys still to take among those whose fixed bits equal prefix
-  index_t m = -1;           // the candidates: work[0 … m), or all n before the first pass
-  for (int hi = bits; hi > 0 && m != need;) {
+  index_t m = -1;           // sel[0 … m) once narrowed
+  for (int hi = bits; hi > 0 && (m < 0 ? nc : m) != need;) {
     const int w = std::min(radix, hi), lo = hi - w;
     const U dmask = (U(1) << w) - 1;
     std::fill(hist.begin(), hist.begin() + (std::ptrdiff_t(1) << w), std::uint32_t(0));
     auto digit = [&](index_t i) { return static_cast<std::size_t>((detail::order_key(scores[i]) >> lo) & dmask); };
-    if (m < 0) {
+    // the candidates of this pass: all n, the floor's list, or the list narrowed so far
+    const index_t* from = m >= 0 ? sel : cand;
+    const index_t count = m >= 0 ? m : nc;
+    if (!from) {
       for (index_t i = 0; i < n; ++i) ++hist[digit(i)];
     } else {
-      for (index_t j = 0; j < m; ++j) ++hist[digit(work[j])];
+      for (index_t j = 0; j < count; ++j) ++hist[digit(from[j])];
     }
     std::size_t b = std::size_t(dmask);
     index_t above = 0;
@@ -412,42 +426,47 @@ inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* 
     prefix |= U(b) << lo;
     fixed |= dmask << lo;
     index_t m2 = 0;
-    if (m < 0) {  // branch-free: which scores share the bin is data, not a pattern
+    if (!from) {  // branch-free: which scores share the bin is data, not a pattern
       for (index_t i = 0; i < n; ++i) {
-        work[m2] = i;
+        sel[m2] = i;
         m2 += static_cast<index_t>(digit(i) == b);
       }
     } else {
-      for (index_t j = 0; j < m; ++j) {
-        const index_t i = work[j];
-        work[m2] = i;
+      for (index_t j = 0; j < count; ++j) {
+        const index_t i = from[j];
+        sel[m2] = i;
         m2 += static_cast<index_t>(digit(i) == b);
       }
     }
     m = m2;
     hi = lo;
   }
-  // keys above the threshold, and the first `need` (by index) equal to it on the fixed bits;
-  // written to work (k < n slots suffice: the store before the count test never passes k).
-  // When the candidates left are exactly the ones needed (no tie cut at the threshold, the
-  // usual case), that is every key ≥ the threshold.
+  // of the candidates, in index order: the keys above the threshold, and the first `need` equal
+  // to it on the fixed bits; written to sel (k slots past the list's start suffice: the store
+  // before the count test never passes k; with a floor, sel has n − nc ≥ nc ≥ k slots). When
+  // the candidates left are exactly the ones needed (no tie cut at the threshold, the usual
+  // case), that is every candidate ≥ the threshold.
+  const index_t total = cand ? nc : n;
+  auto at = [&](index_t j) { return cand ? cand[j] : j; };
   index_t cnt = 0;
-  if (m == need) {
-    for (index_t i = 0; i < n; ++i) {
-      work[cnt] = i;
+  if ((m < 0 ? nc : m) == need) {
+    for (index_t j = 0; j < total; ++j) {
+      const index_t i = at(j);
+      sel[cnt] = i;
       cnt += static_cast<index_t>((detail::order_key(scores[i]) & fixed) >= prefix);
     }
   } else {
     index_t eq = 0;
-    for (index_t i = 0; i < n; ++i) {
+    for (index_t j = 0; j < total; ++j) {
+      const index_t i = at(j);
       const U key = detail::order_key(scores[i]) & fixed;
       const bool take_eq = key == prefix && eq < need;
-      work[cnt] = i;
+      sel[cnt] = i;
       cnt += static_cast<index_t>(key > prefix || take_eq);
       eq += static_cast<index_t>(take_eq);
     }
   }
-  std::copy(work, work + k, out);
+  std::copy(sel, sel + k, out);
   return k;
 }
 
@@ -456,7 +475,7 @@ template <class Real>
 std::vector<index_t> top_k(std::span<const Real> scores, index_t k) {
   require(k >= 0, "k", k, "must be >= 0");
   for (std::size_t i = 0; i < scores.size(); ++i) {
-    require(!std::isnan(scores[i]), "scores[" + std::to_string(i) + "]", scores[i], "must not be NaN");
+    if (std::isnan(scores[i])) fail("scores[" + std::to_string(i) + "]", scores[i], "must not be NaN");
   }
   const auto n = static_cast<index_t>(scores.size());
   std::vector<index_t> work(scores.size()), out(static_cast<std::size_t>(std::min(k, n)));
@@ -504,10 +523,10 @@ index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Rea
   const Real scale = ip.scale > 0 ? static_cast<Real>(ip.scale) : default_scale<Real>(dI);
   for (index_t i = 0; i < M; ++i) {
     const index_t t = pos[static_cast<std::size_t>(i)];
-    require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
+    if (t < 0) fail("pos[" + std::to_string(i) + "]", t, "must be >= 0");
     const index_t nv = grid.num_visible(t);
-    require(nv <= KI.rows(), "KI.rows()", KI.rows(),
-            "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
+    if (nv > KI.rows())
+      fail("KI.rows()", KI.rows(), "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
   }
   // few heads: groups of up to 8 consecutive queries scored together (index_key_scores_group:
   // each key block read once per group; scores independent of the grouping, so of the threads)
@@ -571,35 +590,53 @@ inline const char* to_string(block_mapping m) noexcept { return m == block_mappi
 namespace detail {
 /// The overlap mapping's geometry, which does not depend on the query: entry e covers tokens
 /// r = grid.sources(e) and adds p_cmp[e]·|r ∩ block j| / stride to block j for the (at most a
-/// few) blocks j it overlaps. Kept as (block, overlap count) pairs in entry order. One table
-/// serves every query of a call (nsa_select); nsa_block_importance builds one for its query.
+/// few) blocks j it overlaps. Kept per block: block j's (entry, overlap count) pairs in entry
+/// order. One table serves every query of a call (nsa_select); nsa_block_importance builds one
+/// for its query.
 struct block_overlaps {
-  std::vector<index_t> first;                          ///< entry e's pairs: [first[e], first[e + 1])
-  std::vector<std::pair<index_t, index_t>> pairs;      ///< (block j, tokens of the entry in j)
+  std::vector<index_t> first;                      ///< block j's pairs: [first[j], first[j + 1])
+  std::vector<std::pair<index_t, index_t>> pairs;  ///< (entry e, tokens of e in block j), e increasing
   block_overlaps(const compress::chunk_grid& grid, index_t n_entries, index_t sel_block) {
-    first.reserve(static_cast<std::size_t>(n_entries) + 1);
+    std::vector<std::array<index_t, 3>> by_entry;  // (block, entry, count) in entry order
+    by_entry.reserve(static_cast<std::size_t>(n_entries) * 2);
+    index_t n_blocks = 0;
     for (index_t e = 0; e < n_entries; ++e) {
-      first.push_back(static_cast<index_t>(pairs.size()));
       const compress::token_range r = grid.sources(e);
       const index_t jlo = std::max<index_t>(0, floor_div(r.first, sel_block)), jhi = floor_div(r.last, sel_block);
       for (index_t j = jlo; j <= jhi; ++j) {
         const index_t lo = std::max(r.first, j * sel_block), hi = std::min(r.last, (j + 1) * sel_block - 1);
-        if (hi >= lo) pairs.emplace_back(j, hi - lo + 1);
+        if (hi >= lo) {
+          by_entry.push_back({j, e, hi - lo + 1});
+          n_blocks = std::max(n_blocks, j + 1);
+        }
       }
     }
-    first.push_back(static_cast<index_t>(pairs.size()));
+    // counting sort by block, stable: each block's pairs stay in entry order
+    first.assign(static_cast<std::size_t>(n_blocks) + 1, 0);
+    for (const auto& x : by_entry) ++first[static_cast<std::size_t>(x[0]) + 1];
+    for (std::size_t j = 0; j < static_cast<std::size_t>(n_blocks); ++j) first[j + 1] += first[j];
+    std::vector<index_t> fill(first.begin(), first.end() - 1);
+    pairs.resize(by_entry.size());
+    for (const auto& x : by_entry) pairs[static_cast<std::size_t>(fill[static_cast<std::size_t>(x[0])]++)] = {x[1], x[2]};
   }
   /// The overlap importances of blocks 0 … n_blocks − 1 (out) from entries 0 … n_cmp − 1 (n_cmp ≤
-  /// the entries the table was built for), summed in entry order; blocks ≥ n_blocks are left out.
+  /// the entries the table was built for): out[j] = 0 + Σ_e p_cmp[e]·count / stride, summed in
+  /// entry order (the bits of adding each entry's terms to its blocks, entry by entry). Block by
+  /// block, each sum in a register: the entry-by-entry form chained every term of a block through
+  /// a store and a reload (most of nsa_select's time).
   template <class Real>
   void importance(const Real* p_cmp, index_t n_cmp, index_t stride, index_t n_blocks, Real* out) const noexcept {
-    std::fill(out, out + n_blocks, Real(0));
+    const index_t nb = std::min<index_t>(n_blocks, static_cast<index_t>(first.size()) - 1);
     const Real st = static_cast<Real>(stride);
-    for (index_t e = 0; e < n_cmp; ++e)
-      for (index_t k = first[static_cast<std::size_t>(e)]; k < first[static_cast<std::size_t>(e) + 1]; ++k) {
-        const auto [j, cnt] = pairs[static_cast<std::size_t>(k)];
-        if (j < n_blocks) out[j] += p_cmp[e] * static_cast<Real>(cnt) / st;
+    for (index_t j = 0; j < nb; ++j) {
+      Real s = 0;
+      for (index_t k = first[static_cast<std::size_t>(j)]; k < first[static_cast<std::size_t>(j) + 1]; ++k) {
+        const auto [e, cnt] = pairs[static_cast<std::size_t>(k)];
+        if (e < n_cmp) s += p_cmp[e] * static_cast<Real>(cnt) / st;
       }
+      out[j] = s;
+    }
+    std::fill(out + std::max<index_t>(nb, 0), out + n_blocks, Real(0));
   }
 };
 }  // namespace detail
@@ -689,7 +726,7 @@ index_lists nsa_select(const cref<Real>& P, const compress::chunk_grid& grid, st
   require(static_cast<index_t>(pos.size()) == M, "pos.size()", pos.size(), "must equal P.rows()");
   for (index_t i = 0; i < M; ++i) {
     const index_t t = pos[static_cast<std::size_t>(i)];
-    require(t >= 0, "pos[" + std::to_string(i) + "]", t, "must be >= 0");
+    if (t < 0) fail("pos[" + std::to_string(i) + "]", t, "must be >= 0");
   }
   // the overlap mapping's geometry, once for every query (computing it per query and entry was
   // most of the selection's time)

@@ -180,6 +180,27 @@ inline xsimd::batch<Real, Arch> dot_body(const Real* a, const Real* b, index_t n
   return (s0 + s1) + (s2 + s3);
 }
 
+/// dot_body(q, key, NB·L) with q's NB batches already in registers (q[c] = batch c of the
+/// query): the same operations in the same order (four accumulators over groups of four batches,
+/// the rest into the first, combined as (s0 + s1) + (s2 + s3)), so hsum of it, or a lane of
+/// hsum_rows, is dot's value at that width (which has no scalar tail). For one vector held
+/// against many rows: the CSA indexer's keys, attention's scores.
+template <class Real, class Arch, int NB>
+inline xsimd::batch<Real, Arch> dot_body_held(const xsimd::batch<Real, Arch>* q, const Real* key) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = static_cast<index_t>(B::size);
+  B s0(Real(0)), s1(Real(0)), s2(Real(0)), s3(Real(0));
+  int c = 0;
+  for (; c + 4 <= NB; c += 4) {
+    s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
+    s1 = simd::fma(q[c + 1], B::load_unaligned(key + (c + 1) * L), s1);
+    s2 = simd::fma(q[c + 2], B::load_unaligned(key + (c + 2) * L), s2);
+    s3 = simd::fma(q[c + 3], B::load_unaligned(key + (c + 3) * L), s3);
+  }
+  for (; c < NB; ++c) s0 = simd::fma(q[c], B::load_unaligned(key + c * L), s0);
+  return (s0 + s1) + (s2 + s3);
+}
+
 /// dot's scalar tail on a SIMD path: s plus the products of the last n mod L elements, in order.
 template <class Real, class Arch>
 inline Real dot_tail(const Real* a, const Real* b, index_t n, Real s) noexcept {

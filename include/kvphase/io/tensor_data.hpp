@@ -290,8 +290,8 @@ inline void encode_elements(const T* src, std::size_t n, tensor_dtype dt, std::v
   std::byte* p = out.data() + at;
   auto put = [&](std::size_t i, auto v) { std::memcpy(p + i * sz, &v, sz); };
   auto whole = [&](double v, double lo, double hi) {
-    require(std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi, what, v,
-            std::string("must be an integer in the range of ") + to_string(dt));
+    if (!(std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi))
+      fail(what, v, std::string("must be an integer in the range of ") + to_string(dt));
   };
   for (std::size_t i = 0; i < n; ++i) {
     const T x = src[i];
@@ -320,7 +320,7 @@ inline void encode_elements(const T* src, std::size_t n, tensor_dtype dt, std::v
               default: return std::in_range<std::uint8_t>(x);
             }
           }();
-          require(ok, what, x, std::string("must be in the range of ") + to_string(dt));
+          if (!ok) fail(what, x, std::string("must be in the range of ") + to_string(dt));
         } else {
           const double v = static_cast<double>(x);
           switch (dt) {
