@@ -442,10 +442,10 @@ inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* 
     hi = lo;
   }
   // of the candidates, in index order: the keys above the threshold, and the first `need` equal
-  // to it on the fixed bits; written to sel (k slots past the list's start suffice: the store
-  // before the count test never passes k; with a floor, sel has n − nc ≥ nc ≥ k slots). When
-  // the candidates left are exactly the ones needed (no tie cut at the threshold, the usual
-  // case), that is every candidate ≥ the threshold.
+  // to it on the fixed bits; written to sel (k + 1 slots suffice: the store before the count
+  // test never passes index k; without a floor sel is work, n > k slots; with one, n − nc ≥ n/2
+  // ≥ 4k slots, as k ≤ n/8). When the candidates left are exactly the ones needed (no tie cut
+  // at the threshold, the usual case), that is every candidate ≥ the threshold.
   const index_t total = cand ? nc : n;
   auto at = [&](index_t j) { return cand ? cand[j] : j; };
   index_t cnt = 0;
