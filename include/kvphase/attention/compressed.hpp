@@ -100,9 +100,9 @@ namespace detail {
 /// values (the same for the values); on paths without fused multiply-adds, one query at a time
 /// with add_rows. Each query still attends its blocks in increasing block order and each block
 /// in add_rows' steps, so for lists in that order (nsa_select's) the same operations in the same
-/// order as one query at a time with add_rows: the same bits; for any
-/// list, the result does not depend on its order. Chunks are split statically over `threads`: a
-/// query's output does not depend on the thread count.
+/// order as one query at a time with add_rows: the same bits; for any list, the result does not
+/// depend on its order. Chunks are split statically over `threads`: a query's output does not
+/// depend on the thread count.
 template <class Real, class Arch>
 void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& tpos, const cref<Real>& K,
                               const cref<Real>& V, const index_lists& blocks, index_t select_block, index_t dv,
@@ -119,8 +119,7 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
     std::vector<online_softmax<Real, Arch>> st = proto;  // each thread's states (allocated here, outside the loop)
     std::vector<std::pair<index_t, index_t>> pairs;      // (block, query)
     pairs.reserve(blocks.indices.size() / static_cast<std::size_t>(std::max<index_t>(nchunks, 1)) + 16);
-    std::vector<Real> sc;       // a step's scores, per (block, query) pair
-    std::vector<index_t> rank;  // a pair's occurrence among its block's pairs
+    std::vector<Real> sc;  // a step's scores, per (block, query) pair
 #pragma omp for schedule(static)
     for (index_t c = 0; c < nchunks; ++c) {
       const index_t a = c * chunk, b = std::min(M, a + chunk);
@@ -143,39 +142,32 @@ void selected_blocks_by_block(const cref<Real>& Q, const std::vector<index_t>& t
                 V.data() + lo * V.outerStride(), V.outerStride(), hi - lo + 1, d, scale);
         }
       } else {
-        for (std::size_t g0 = 0; g0 < pairs.size();) {  // the queries of one block: pairs [g0, g1)
+        // the queries of one block: pairs [g0, g1). A block a query lists twice is attended twice,
+        // whole block after whole block: its second pair (adjacent after the sort) starts the next run
+        for (std::size_t g0 = 0; g0 < pairs.size();) {
           const index_t j = pairs[g0].first;
-          std::size_t g1 = g0;
-          while (g1 < pairs.size() && pairs[g1].first == j) ++g1;
+          std::size_t g1 = g0 + 1;
+          while (g1 < pairs.size() && pairs[g1].first == j && pairs[g1] != pairs[g1 - 1]) ++g1;
           if (sc.size() < (g1 - g0) * static_cast<std::size_t>(step))
             sc.resize((g1 - g0) * static_cast<std::size_t>(step));
-          // a block a query lists twice is attended twice, whole block after whole block: rounds of
-          // pairs by occurrence (duplicates are adjacent after the sort), round r the (r+1)-th ones
-          rank.assign(g1 - g0, 0);
-          index_t rounds = 1;
-          for (std::size_t g = g0 + 1; g < g1; ++g)
-            if (pairs[g] == pairs[g - 1]) rounds = std::max(rounds, (rank[g - g0] = rank[g - g0 - 1] + 1) + 1);
           const index_t lo = j * select_block, end = (j + 1) * select_block;  // the block's rows [lo, end)
-          for (index_t round = 0; round < rounds; ++round) {
-            for (index_t r0 = lo; r0 < end; r0 += step) {
-              const index_t r1 = std::min(end, r0 + step);
-              auto rows = [&](std::size_t g) {  // the step's rows the pair's query attends (up to its position)
-                if (rank[g - g0] != round) return index_t(0);
-                return std::max<index_t>(0, std::min(r1, tpos[static_cast<std::size_t>(pairs[g].second)] + 1) - r0);
-              };
-              for (std::size_t g = g0; g < g1; ++g) {
-                const index_t n = rows(g), i = pairs[g].second;
-                if (n > 0)
-                  score_rows<Real, Arch>(Q.data() + i * Q.outerStride(), K.data() + r0 * K.outerStride(),
-                                         K.outerStride(), n, d, scale,
-                                         sc.data() + (g - g0) * static_cast<std::size_t>(step));
-              }
-              for (std::size_t g = g0; g < g1; ++g) {
-                const index_t n = rows(g), i = pairs[g].second;
-                if (n > 0)
-                  st[static_cast<std::size_t>(i - a)].add_scored(sc.data() + (g - g0) * static_cast<std::size_t>(step),
-                                                                 V.data() + r0 * V.outerStride(), V.outerStride(), n);
-              }
+          for (index_t r0 = lo; r0 < end; r0 += step) {
+            const index_t r1 = std::min(end, r0 + step);
+            auto rows = [&](std::size_t g) {  // the step's rows the pair's query attends (up to its position)
+              return std::max<index_t>(0, std::min(r1, tpos[static_cast<std::size_t>(pairs[g].second)] + 1) - r0);
+            };
+            for (std::size_t g = g0; g < g1; ++g) {
+              const index_t n = rows(g), i = pairs[g].second;
+              if (n > 0)
+                score_rows<Real, Arch>(Q.data() + i * Q.outerStride(), K.data() + r0 * K.outerStride(),
+                                       K.outerStride(), n, d, scale,
+                                       sc.data() + (g - g0) * static_cast<std::size_t>(step));
+            }
+            for (std::size_t g = g0; g < g1; ++g) {
+              const index_t n = rows(g), i = pairs[g].second;
+              if (n > 0)
+                st[static_cast<std::size_t>(i - a)].add_scored(sc.data() + (g - g0) * static_cast<std::size_t>(step),
+                                                               V.data() + r0 * V.outerStride(), V.outerStride(), n);
             }
           }
           g0 = g1;
