@@ -42,7 +42,7 @@ TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attenti
   // from there: on AVX-512 one head batch, three, and a chunk of four plus one; below, chunks of
   // two ending in one); n = 150 > 64 crosses the packed kernel's key blocks, and its full key
   // tiles end in single keys. Below half a batch of heads, widths of 1, 2, 4 and 8 batches take
-  // the key-block kernel (index_key_blocks) for whole blocks of L keys and the per-key loop for
+  // the key blocks (simd::scaled_dots_held) for whole blocks of L keys and the per-key loop for
   // the rest (n = 23: one or two blocks and a remainder on every path); both must give the per-key
   // formula's bits: simd::dot, scaled, ReLU, heads added in order (one fused step on FMA paths).
   for (index_t H : {1, 3, 8, 40, 70}) {

@@ -45,41 +45,26 @@ inline Real default_scale(index_t d) noexcept {
 // ---- scores ------------------------------------------------------------------------------------
 
 namespace detail {
-/// Scores of rows [0, n − n mod L) when d = NB·L: q's NB batches held in registers against a
-/// block of L rows, the L dot products reduced at once by simd::hsum_rows, scaled in a batch.
-/// Every score is scale · simd::dot(q, row, d) bit for bit (dot_body_held is dot_body, hsum_rows
-/// is hsum, and there is no tail at this width). Returns the rows done.
-template <class Real, class Arch, int NB, class RowOf>
-inline index_t score_row_blocks(const Real* q, const RowOf& row_of, index_t n, Real scale, Real* s) noexcept {
-  using B = xsimd::batch<Real, Arch>;
-  constexpr index_t L = static_cast<index_t>(B::size);
-  B qh[NB];
-  for (int c = 0; c < NB; ++c) qh[c] = B::load_unaligned(q + c * L);
-  const B sc(scale);
-  B acc[L];
-  index_t j = 0;
-  for (; j + L <= n; j += L) {
-    for (index_t k = 0; k < L; ++k) acc[k] = simd::dot_body_held<Real, Arch, NB>(qh, row_of(j + k));
-    (sc * simd::hsum_rows<Real, Arch>(acc)).store_unaligned(s + j);
-  }
-  return j;
-}
-
-/// s[j] = scale · simd::dot(q, row_of(j), d) for j ∈ [0, n): on fused-FMA SIMD paths with d of
-/// 1, 2, 4 or 8 batches, whole blocks of L rows at a time (score_row_blocks, the same bits), the
-/// rest row by row. Fused paths only: elsewhere simd::fma is a multiply and an add that the
-/// compiler may contract in one loop and not in another, and a score must not depend on which
-/// loop computed it.
+/// s[j] = scale · simd::dot(q, row_of(j), d) for j ∈ [0, n): where simd::with_held_width allows
+/// (fused-FMA paths, d of 1, 2, 4 or 8 batches), whole blocks of L rows with q held in registers
+/// (simd::scaled_dots_held, the same bits), the rest row by row.
 template <class Real, class Arch, class RowOf>
 inline void score_any(const Real* q, const RowOf& row_of, index_t n, index_t d, Real scale, Real* s) noexcept {
   index_t done = 0;
-  if constexpr (!simd::is_scalar_v<Arch> && simd::fused_fma<Arch>()) {
-    constexpr index_t L = simd::lanes<Real, Arch>();
-    if (d == L) done = score_row_blocks<Real, Arch, 1>(q, row_of, n, scale, s);
-    else if (d == 2 * L) done = score_row_blocks<Real, Arch, 2>(q, row_of, n, scale, s);
-    else if (d == 4 * L) done = score_row_blocks<Real, Arch, 4>(q, row_of, n, scale, s);
-    else if (d == 8 * L) done = score_row_blocks<Real, Arch, 8>(q, row_of, n, scale, s);
-  }
+  if constexpr (!simd::is_scalar_v<Arch>)  // (the scalar path has no batch type)
+    done = simd::with_held_width<Real, Arch>(d, [&](auto nb) {
+      constexpr int NB = decltype(nb)::value;
+      using B = xsimd::batch<Real, Arch>;
+      constexpr index_t L = static_cast<index_t>(B::size);
+      B qh[NB];
+      for (int c = 0; c < NB; ++c) qh[c] = B::load_unaligned(q + c * L);
+      const B sc(scale);
+      index_t j = 0;
+      for (; j + L <= n; j += L)
+        simd::scaled_dots_held<Real, Arch, NB>(qh, [&](index_t k) { return row_of(j + k); }, sc)
+            .store_unaligned(s + j);
+      return j;
+    });
   for (index_t j = done; j < n; ++j) s[j] = scale * simd::dot<Real, Arch>(q, row_of(j), d);
 }
 }  // namespace detail

@@ -224,62 +224,48 @@ inline void index_heads_scores(const Real* qT, const Real* wp, index_t H, const 
 
 // ---- the per-key form: one dot product over the channels per key and head, heads summed in order
 
-/// index_key_scores of G queries (query g: qI[g], w[g], scores to out[g]) on keys [0, n − n mod L)
-/// when dI = NB·L: per block of L keys, per query and head, the head's query held in registers
-/// against the block's keys (read from memory once for the G queries, then from L1), the L dot
-/// products reduced at once by simd::hsum_rows (hsum's bits), then the head's term added to the L
-/// keys' sums in a batch: per query and key the operations of index_key_scores' loop (max(v, 0) as
-/// std::max: v unless v < 0), whatever G. Returns the keys done.
-template <class Real, class Arch, int NB>
-inline index_t index_key_blocks(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
-                                index_t ldk, index_t n, Real scale, Real* const* out) noexcept {
-  using B = xsimd::batch<Real, Arch>;
-  constexpr index_t L = static_cast<index_t>(B::size);
-  constexpr index_t dI = NB * L;
-  const B zero(Real(0)), sc(scale);
-  B acc[L];
-  index_t i = 0;
-  for (; i + L <= n; i += L) {
-    const Real* keys = KI + i * ldk;
-    for (index_t g = 0; g < G; ++g) {
-      B s = zero;
-      for (index_t h = 0; h < H; ++h) {
-        B q[NB];
-        for (int c = 0; c < NB; ++c) q[c] = B::load_unaligned(qI[g] + h * dI + c * L);
-        for (index_t k = 0; k < L; ++k) acc[k] = simd::dot_body_held<Real, Arch, NB>(q, keys + k * ldk);
-        const B v = sc * simd::hsum_rows<Real, Arch>(acc);
-        s = simd::fma(B(w[g][h]), xsimd::select(v < zero, zero, v), s);
-      }
-      s.store_unaligned(out[g] + i);
-    }
-  }
-  return i;
-}
-
 /// index_key_scores of G queries over their own key counts n[g] (query g: qI[g], w[g], out[g],
-/// room for max n): widths of 1, 2, 4 or 8 batches on FMA paths score whole blocks of L keys for
-/// the G queries together (index_key_blocks, up to the largest n), other widths and the keys
-/// after the blocks query by query. Every score has the bits of the loop below, so they do not
-/// depend on G or on which queries share a call.
+/// room for max n). Where simd::with_held_width allows (fused-FMA paths, dI of 1, 2, 4 or 8
+/// batches), whole blocks of L keys up to the largest n go to the G queries together: per block,
+/// query and head, the head's query held in registers against the block's keys (read from memory
+/// once for the G queries, then from L1; simd::scaled_dots_held), then the head's term added to
+/// the L keys' sums in a batch. The keys after the blocks, and other widths, go query by query.
+/// Per query and key these are the operations of the loop below (max(v, 0) as std::max: v unless
+/// v < 0), so a score does not depend on G or on which queries share a call.
 template <class Real, class Arch>
 inline void index_key_scores_group(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
                                    index_t ldk, const index_t* n, index_t dI, Real scale, Real* const* out) noexcept {
+  const index_t nmax = G > 0 ? *std::max_element(n, n + G) : 0;
   index_t done = 0;
-  if constexpr (simd::fused_fma<Arch>()) {
-    constexpr index_t L = simd::lanes<Real, Arch>();
-    const index_t nmax = G > 0 ? *std::max_element(n, n + G) : 0;
-    if (dI == L) done = index_key_blocks<Real, Arch, 1>(qI, w, G, H, KI, ldk, nmax, scale, out);
-    else if (dI == 2 * L) done = index_key_blocks<Real, Arch, 2>(qI, w, G, H, KI, ldk, nmax, scale, out);
-    else if (dI == 4 * L) done = index_key_blocks<Real, Arch, 4>(qI, w, G, H, KI, ldk, nmax, scale, out);
-    else if (dI == 8 * L) done = index_key_blocks<Real, Arch, 8>(qI, w, G, H, KI, ldk, nmax, scale, out);
-  }
+  if constexpr (!simd::is_scalar_v<Arch>)  // (the scalar path has no batch type)
+    done = simd::with_held_width<Real, Arch>(dI, [&](auto nb) {
+      constexpr int NB = decltype(nb)::value;
+      using B = xsimd::batch<Real, Arch>;
+      constexpr index_t L = static_cast<index_t>(B::size);
+      const B zero(Real(0)), sc(scale);
+      index_t i = 0;
+      for (; i + L <= nmax; i += L) {
+        const Real* keys = KI + i * ldk;
+        for (index_t g = 0; g < G; ++g) {
+          B s = zero;
+          for (index_t h = 0; h < H; ++h) {
+            B q[NB];
+            for (int c = 0; c < NB; ++c) q[c] = B::load_unaligned(qI[g] + h * dI + c * L);
+            const B v = simd::scaled_dots_held<Real, Arch, NB>(q, [&](index_t k) { return keys + k * ldk; }, sc);
+            s = simd::fma(B(w[g][h]), xsimd::select(v < zero, zero, v), s);
+          }
+          s.store_unaligned(out[g] + i);
+        }
+      }
+      return i;
+    });
   for (index_t g = 0; g < G; ++g) {
     for (index_t i = done; i < n[g]; ++i) {
       Real s = 0;
       for (index_t h = 0; h < H; ++h) {
         const Real v = scale * simd::dot<Real, Arch>(qI[g] + h * dI, KI + i * ldk, dI);
         if constexpr (simd::fused_fma<Arch>()) {
-          s = std::fma(w[g][h], std::max(v, Real(0)), s);  // one rounding, as index_key_blocks
+          s = std::fma(w[g][h], std::max(v, Real(0)), s);  // one rounding, as the blocks' simd::fma
         } else {
           s += w[g][h] * std::max(v, Real(0));
         }

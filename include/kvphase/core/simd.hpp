@@ -276,6 +276,36 @@ inline xsimd::batch<Real, Arch> hsum_rows(const xsimd::batch<Real, Arch>* rows) 
   return B::load_aligned(out);
 }
 
+/// The batch whose lane k is scale · dot(q, row_of(k), NB·L), k ∈ [0, L), bit for bit: q's NB
+/// batches held in registers (dot_body_held) against a block of L rows, the L sums reduced at
+/// once (hsum_rows) and scaled in a batch (that width has no scalar tail). The block of scores
+/// and indexer terms (attention/kernels.hpp score_rows, attention/select.hpp the indexer).
+template <class Real, class Arch, int NB, class RowOf>
+inline xsimd::batch<Real, Arch> scaled_dots_held(const xsimd::batch<Real, Arch>* q, const RowOf& row_of,
+                                                 const xsimd::batch<Real, Arch>& scale) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = static_cast<index_t>(B::size);
+  B acc[L];
+  for (index_t k = 0; k < L; ++k) acc[k] = dot_body_held<Real, Arch, NB>(q, row_of(k));
+  return scale * hsum_rows<Real, Arch>(acc);
+}
+
+/// The widths a held vector serves: returns f(std::integral_constant<int, NB>{}) when n = NB·L
+/// for NB of 1, 2, 4 or 8 on a fused-FMA SIMD path, else 0 (f not called). Fused paths only:
+/// elsewhere simd::fma is a multiply and an add that the compiler may contract in one loop and
+/// not in another, and a held dot product must have dot's bits whichever loop computed it.
+template <class Real, class Arch, class F>
+inline index_t with_held_width(index_t n, F&& f) {
+  if constexpr (fused_fma<Arch>()) {
+    constexpr index_t L = lanes<Real, Arch>();
+    if (n == L) return f(std::integral_constant<int, 1>{});
+    if (n == 2 * L) return f(std::integral_constant<int, 2>{});
+    if (n == 4 * L) return f(std::integral_constant<int, 4>{});
+    if (n == 8 * L) return f(std::integral_constant<int, 8>{});
+  }
+  return 0;
+}
+
 /// y[i] += alpha·x[i] over n elements.
 template <class Real, class Arch = default_arch>
 inline void axpy(Real alpha, const Real* x, Real* y, index_t n) noexcept {
