@@ -44,6 +44,11 @@ observed gap of equal true recalls is > 0, so the lower end is the informative o
 recall, worst-phase recall and gap with 95 % t intervals over seeds, and the same three on the
 counts pooled over seeds (X2(P) p with labels permuted within each seed). A run that did not
 learn is listed with its curve and left out of the per-preset rows.
+--readout: instead, for runs made with train_lm --readout, where the queries' attention goes:
+per layer, head, phase (key position mod --phase-mod) and outcome (hit or miss), the mean
+attention mass on the rows (compressed entries or raw tokens) holding the pair's key token, its
+value token and both, and the shares of queries whose largest-weight row holds both, the key
+only, the value only or neither (lm_readout.csv; --drop applies).
 Needs numpy; matplotlib only for --figs (re-runs under /usr/bin/python3 when needed).
 """
 import json
@@ -115,6 +120,8 @@ def load_run(d):
     hist = read_rows(os.path.join(d, "lm_history.csv")) if os.path.exists(os.path.join(d, "lm_history.csv")) else []
     abl = os.path.join(d, "lm_ablation.csv")
     abl = read_rows(abl) if os.path.exists(abl) else []
+    ro = os.path.join(d, "lm_readout.csv")
+    ro = read_rows(ro) if os.path.exists(ro) else []
     runs = []
     for r in summary["runs"]:
         key = (r["preset"], str(r["seed"]))
@@ -125,6 +132,7 @@ def load_run(d):
             "phase": [x for x in phase if (x["preset"], x["seed"]) == key],
             "history": [x for x in hist if (x["preset"], x["seed"]) == key],
             "ablation": [x for x in abl if (x["preset"], x["seed"]) == key],
+            "readout": [x for x in ro if (x["preset"], x["seed"]) == key],
         })
     return runs
 
@@ -522,6 +530,44 @@ def load_checked(d):
         raise InputError(f"{d}: a file lacks a field train_lm writes or has a malformed one ({e!r})")
 
 
+def readout_tables(runs, P, drop=()):
+    """--readout: per run with lm_readout.csv, per layer and head, phase (key position mod P) and
+    outcome: queries, the mean attention mass on the rows holding the pair's key, its value and
+    both, and the shares of queries whose largest-weight row holds both / the key only / the
+    value only / neither."""
+    shown = 0
+    for r in runs:
+        if not r["readout"]:
+            continue
+        shown += 1
+        print(f"\n**Attention readout: {r['preset']} seed {r['seed']}** ({r['dir']}; phase = key position mod {P}"
+              + (f", groups {','.join(map(str, drop))} left out" if drop else "") + ")\n")
+        print("| layer | kind | head | phase | outcome | queries | key mass | value mass | pair mass |"
+              " top row: pair | key only | value only | neither |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        acc = {}
+        for x in r["readout"]:
+            g = int(x["group"])
+            if g in drop:
+                continue
+            k = (int(x["layer"]), x["kind"], int(x["head"]), g % P, x["outcome"])
+            n = int(x["queries"])
+            a = acc.setdefault(k, [0, 0.0, 0.0, 0.0, 0, 0, 0, 0])
+            a[0] += n
+            a[1] += n * float(x["key_mass"])
+            a[2] += n * float(x["value_mass"])
+            a[3] += n * float(x["pair_mass"])
+            for i, f in enumerate(("top_pair", "top_key_only", "top_value_only", "top_neither")):
+                a[4 + i] += int(x[f])
+        for k in sorted(acc, key=lambda k: (k[0], k[2], k[3], k[4] != "hit")):
+            a = acc[k]
+            n = a[0]
+            print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {n} | {a[1] / n:.3f} | {a[2] / n:.3f} | {a[3] / n:.3f} | "
+                  + " | ".join(f"{a[4 + i] / n:.2f}" for i in range(4)) + " |")
+    if not shown:
+        raise InputError("--readout: none of the runs has lm_readout.csv (train_lm --readout)")
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser(prog="lm_report.py", description=__doc__,
@@ -548,6 +594,7 @@ def main(argv):
     ap.add_argument("--drop", type=groups, default=(), metavar="G,G,...")
     ap.add_argument("--edges", action="store_true")
     ap.add_argument("--mitigation", action="store_true")
+    ap.add_argument("--readout", action="store_true")
     ap.add_argument("--phase-mod", type=positive, default=4, metavar="P")
     ap.add_argument("--fold", type=positive, default=8, metavar="F",
                     help="fold the ablation tables mod F (default 8; the run's modulus when F does not divide it)")
@@ -562,6 +609,13 @@ def main(argv):
     try:
         if a.mitigation:
             mitigation_tables(runs, a.permutations, a.phase_mod, a.drop)
+            return 0
+        if a.readout:
+            try:
+                readout_tables(runs, a.phase_mod, a.drop)
+            except InputError as e:
+                print(f"lm_report: {e}", file=sys.stderr)
+                return 2
             return 0
         tables(runs, a.permutations, a.drop)
         if a.edges:

@@ -4,13 +4,15 @@
     lm_report_check.py <scripts dir> <data dir> <output dir>
 
 The runs (files only, no checkpoints) were written by
-    train_lm --preset csa --seeds 2 --steps 40 --eval-every 10 --ablate ...
+    train_lm --preset csa --seeds 2 --steps 40 --eval-every 10 --ablate --readout ...
     train_lm --preset full --seeds 1 --steps 60 --eval-every 10 --stop-recall 0.13 ...
 both with --context 32 --pairs 4 --queries 4 --keys 8 --values 8 --gap 4 --modulus 32 --eval 128.
 Checks, against numbers recomputed here from the files:
 - every run's row gives its mean recall, sum(hits) / sum(trials), and the stopped run is labelled
   with the step it stopped at;
 - --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values);
+- --readout gives, per layer, head, phase and outcome, the query-weighted means of lm_readout.csv
+  (recomputed here), and refuses (exit 2) runs without that file;
 - --figs writes the three figures (when matplotlib is present);
 - bad options and bad files exit 2 with a message naming the option or the file;
 - a seeded mutation fuzz of the files (JSON values replaced, CSV bytes flipped, cut or inserted):
@@ -19,6 +21,7 @@ Exits 77 (skipped) when numpy is missing.
 """
 import contextlib
 import copy
+import csv
 import io
 import json
 import math
@@ -78,6 +81,35 @@ check("(recall folded mod 4;" in text, "--fold 4 folds the ablation tables mod 4
 abl = [ln for ln in text.splitlines() if ln.startswith("| layer ")]
 check(abl and all(len(ln.split("|")[3].split()) == 4 for ln in abl), "--fold 4: four recalls per ablation row")
 check("Gate slot profiles over the last half of training" in text, "the gate-stability table is printed")
+
+# ---- --readout: query-weighted means over the groups of a phase, from lm_readout.csv ----
+rc, text, err = run(runs[0], "--readout", "--phase-mod", "4")
+check(rc == 0, f"--readout exits 0 (got {rc}: {err})")
+ro = list(csv.DictReader(ln for ln in open(os.path.join(runs[0], "lm_readout.csv")) if not ln.startswith("#")))
+check(len(ro) > 0, "the stored csa run has readout rows")
+want = {}
+for x in ro:
+    k = (x["seed"], x["layer"], x["head"], int(x["group"]) % 4, x["outcome"])
+    a = want.setdefault(k, [0, 0.0, 0.0, 0])
+    n = int(x["queries"])
+    a[0] += n
+    a[1] += n * float(x["key_mass"])
+    a[2] += n * float(x["pair_mass"])
+    a[3] += int(x["top_pair"])
+blocks = text.split("**Attention readout: ")
+for k, a in want.items():
+    seed, layer, head, phase, outcome = k
+    blk = [b for b in blocks if b.startswith(f"csa seed {seed}**")]
+    row = [ln for b in blk for ln in b.splitlines() if ln.startswith(f"| {layer} | csa | {head} | {phase} | {outcome} | ")]
+    check(len(row) == 1, f"one readout row for seed {seed} layer {layer} head {head} phase {phase} {outcome}")
+    if row:
+        cells = [c.strip() for c in row[0].split("|")[1:-1]]
+        check(int(cells[5]) == a[0], f"readout {k}: queries {a[0]} (row {cells[5]})")
+        check(cells[6] == f"{a[1] / a[0]:.3f}", f"readout {k}: key mass {a[1] / a[0]:.3f} (row {cells[6]})")
+        check(cells[8] == f"{a[2] / a[0]:.3f}", f"readout {k}: pair mass {a[2] / a[0]:.3f} (row {cells[8]})")
+        check(cells[9] == f"{a[3] / a[0]:.2f}", f"readout {k}: top-pair share {a[3] / a[0]:.2f} (row {cells[9]})")
+rc, text, err = run(runs[1], "--readout")
+check(rc == 2 and "lm_readout.csv" in err, f"--readout without lm_readout.csv exits 2 naming the file (got {rc}: {err})")
 
 # ---- --mitigation: learned iff eval loss + 5 SE < ln(values) ----
 rc, text, err = run(*runs, "--mitigation", "--permutations", "199")
@@ -197,7 +229,7 @@ for i in range(1000):
     os.makedirs(d)
     for f, b in files.items():
         open(os.path.join(d, f), "wb").write(b)
-    args = ["lm_report.py", d, "--permutations", "9"] + (["--mitigation"] if i % 2 else ["--edges"])
+    args = ["lm_report.py", d, "--permutations", "9"] + [["--edges"], ["--mitigation"], ["--readout"]][i % 3]
     sink = io.StringIO()
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):

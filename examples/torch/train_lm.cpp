@@ -25,7 +25,9 @@
 //
 // Writes to --out: lm_phase.csv (recall per phase group with Wilson intervals), lm_history.csv
 // (loss, recall and gate slot profiles over training), lm_ablation.csv (recall per phase with
-// each head or layer knocked out), lm_summary.json (per run: period and uniformity tests,
+// each head or layer knocked out), lm_readout.csv (--readout: per layer, head, phase group and
+// outcome, the attention mass on the entries or tokens holding the query's key and value),
+// lm_summary.json (per run: period and uniformity tests,
 // speed), all with provenance, and one checkpoint directory per run
 // (ckpt_<preset>_seed<k>/model.safetensors + config.json) that kvphase-inspect reads.
 #include <CLI/CLI.hpp>
@@ -136,6 +138,7 @@ struct run_record {
   stats::periodicity_result period;
   stats::test_result uniform;
   std::vector<lm::phase_counts> ablation;  ///< [layer * (heads + 1) + head + 1]: head -1 = whole layer
+  lm::attention_readout_result readout;    ///< --readout
 };
 
 }  // namespace
@@ -148,7 +151,7 @@ int main(int argc, char** argv) {
     std::vector<index_t> grid;
     std::uint64_t seed = 1;
     index_t seeds = 1, layers = 2;
-    bool ablate = false, quiet = false;
+    bool ablate = false, readout = false, quiet = false;
     double gate_entropy = 0.1;
     lm::model_config base;
     lm::data_config data;
@@ -200,6 +203,9 @@ int main(int argc, char** argv) {
     cli::add_real(app, "--stop-recall", tc.stop_recall, 0.0, 1.0,
                   "stop after the first snapshot with eval recall >= this (0: off; the schedule stays --steps')");
     app.add_flag("--ablate", ablate, "knock out each head and layer and evaluate again");
+    app.add_flag("--readout", readout,
+                 "after training, record where each evaluation query's attention goes (the rows holding its "
+                 "pair's key, value or both), per layer, head, phase group and outcome: lm_readout.csv");
     app.add_flag("--quiet", quiet, "no progress line");
     app.add_option("--out", out, "output directory")->capture_default_str();
     if (auto rc = cli::parse(app, argc, argv, "train_lm")) return *rc;
@@ -238,6 +244,10 @@ int main(int argc, char** argv) {
       t.random_origin = pc.random_origin;
       t.gate_entropy = pc.gate_entropy;
       t.validate();
+      if (readout)
+        for (const auto k : pc.model.layers())
+          require(k != lm::layer_kind::nsa, "readout", n,
+                  "needs one attention weight per row; preset " + n + " has NSA layers (three branches)");
     }
 
     const double peak = bench::fma_peak_gflops_per_cpu_second<float>(tc.threads);
@@ -270,6 +280,7 @@ int main(int argc, char** argv) {
             for (index_t h = -1; h < rec.model.heads; ++h)
               rec.ablation.push_back(lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences, l, h));
         }
+        if (readout) rec.readout = lm::attention_readout(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
         std::ostringstream dir;
         dir << out << "/ckpt_" << n << "_seed" << rec.seed;
         lm::save_checkpoint(model, dir.str());
@@ -354,6 +365,31 @@ int main(int argc, char** argv) {
                      std::to_string(a.hits[static_cast<std::size_t>(g)]), fx(a.recall(g)),
                      fx(r.r.eval.recall(g) - a.recall(g))});
             }
+      }
+    }
+    if (readout) {
+      std::ofstream f(out + "/lm_readout.csv");
+      io::csv_writer w(f);
+      w.comment(header);
+      // per cell the query count, the mean attention mass on the rows holding the pair's key,
+      // value and both (an entry: its unmasked source tokens; a raw row: its token), and how many
+      // queries' largest-weight row holds both, the key only, the value only, neither
+      w.row({"preset", "seed", "layer", "kind", "head", "group", "outcome", "queries", "key_mass", "value_mass",
+             "pair_mass", "top_pair", "top_key_only", "top_value_only", "top_neither"});
+      for (const auto& r : runs) {
+        const auto& ro = r.readout;
+        for (index_t l = 0; l < ro.layers; ++l)
+          for (index_t h = 0; h < ro.heads; ++h)
+            for (index_t g = 0; g < ro.modulus; ++g)
+              for (const bool hit : {true, false}) {
+                const auto& c = ro.cell(l, h, g, hit);
+                if (c.queries == 0) continue;
+                const double n = static_cast<double>(c.queries);
+                w.row({r.preset, std::to_string(r.seed), std::to_string(l), lm::to_string(ro.kinds[static_cast<std::size_t>(l)]),
+                       std::to_string(h), std::to_string(g), hit ? "hit" : "miss", std::to_string(c.queries),
+                       fx(c.key / n), fx(c.value / n), fx(c.pair / n), std::to_string(c.top_pair),
+                       std::to_string(c.top_key), std::to_string(c.top_value), std::to_string(c.top_neither)});
+              }
       }
     }
     nlohmann::json js;

@@ -695,6 +695,100 @@ TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   }
 }
 
+TEST_CASE("lm attention readout: mass on the rows holding the key and value, by the grid's geometry", "[lm]") {
+  // Untrained models (the readout is geometry plus the attention weights). Queries sit 8 filler
+  // tokens after the context and the raw window is 4, so only entries hold context tokens in a
+  // compressed layer. W = S = 4: a key at phase 0-2 shares its block with its value (every row
+  // holding one holds both), a key at phase 3 never does. W = 8, S = 4: some entry holds both at
+  // every phase. A full layer's rows are single tokens: never both.
+  lm::data_config d = tiny_data();
+  d.gap = 8;
+  d.modulus = 4;
+  const index_t seqs = 16, Q = seqs * d.queries;
+  torch::manual_seed(7);
+  lm::model_config a = tiny_model(d);
+  a.schedule = "gated,full";
+  a.window = 4;
+  lm::lm ma(a);
+  const auto ra = lm::attention_readout(ma, d, 5, seqs);
+  REQUIRE(ra.layers == 2);
+  REQUIRE(ra.heads == a.heads);
+  for (index_t l = 0; l < 2; ++l)
+    for (index_t h = 0; h < ra.heads; ++h) {
+      std::int64_t n = 0;
+      for (index_t g = 0; g < d.modulus; ++g)
+        for (const bool hit : {true, false}) {
+          const auto& c = ra.cell(l, h, g, hit);
+          INFO("layer " << l << " head " << h << " group " << g << " hit " << hit);
+          n += c.queries;
+          REQUIRE(c.top_pair + c.top_key + c.top_value + c.top_neither == c.queries);
+          REQUIRE(c.key >= 0.0);
+          REQUIRE(c.key <= static_cast<double>(c.queries) * (1.0 + 1e-6));
+          REQUIRE(c.value <= static_cast<double>(c.queries) * (1.0 + 1e-6));
+          if (l == 1 || g == 3) {  // full layer, or a pair split by a block boundary
+            REQUIRE(c.pair == 0.0);
+            REQUIRE(c.top_pair == 0);
+          } else {  // the same rows hold the key and the value
+            REQUIRE(c.pair == c.key);
+            REQUIRE(c.pair == c.value);
+            REQUIRE(c.top_key + c.top_value == 0);
+          }
+        }
+      REQUIRE(n == Q);
+    }
+  // layer 0's key mass recomputed from the weights and the grid, query by query
+  {
+    torch::NoGradGuard ng;
+    ma->eval();
+    auto& att = ma->model->blocks[0]->self_attn;
+    att->keep = true;
+    const auto b = lm::make_batch(d, 5, 1, 0, seqs);
+    ma->forward(b.tokens);
+    const auto P = att->kept_p.contiguous();  // [B, H, T, K]
+    att->keep = false;
+    const auto grid = att->comp->grid();
+    const index_t T = d.length(), E = grid.num_entries(T), K = P.size(3);
+    REQUIRE(K == E + T);
+    const auto acc = P.accessor<float, 4>();
+    double want = 0.0, got = 0.0;
+    for (index_t q = 0; q < Q; ++q) {
+      const index_t bi = b.rows[q].item<std::int64_t>(), t = b.at[q].item<std::int64_t>();
+      const index_t kp = b.key_position[static_cast<std::size_t>(q)];
+      for (index_t h = 0; h < a.heads; ++h) {
+        for (index_t e = 0; e < E; ++e) {
+          const auto r = grid.sources(e);
+          if (r.first <= kp && kp <= r.last) want += acc[bi][h][t][e];
+        }
+        want += acc[bi][h][t][E + kp];  // the raw row of the key token (outside the window: 0)
+      }
+    }
+    for (index_t h = 0; h < a.heads; ++h)
+      for (index_t g = 0; g < d.modulus; ++g)
+        for (const bool hit : {true, false}) got += ra.cell(0, h, g, hit).key;
+    INFO("recomputed " << want << ", readout " << got);
+    REQUIRE(std::fabs(want - got) <= 1e-9 * static_cast<double>(Q * a.heads));
+  }
+  lm::model_config c8 = tiny_model(d);
+  c8.schedule = "csa";
+  lm::lm mb(c8);
+  const auto rb = lm::attention_readout(mb, d, 5, seqs);
+  for (index_t h = 0; h < rb.heads; ++h)
+    for (index_t g = 0; g < d.modulus; ++g)
+      for (const bool hit : {true, false}) {
+        const auto& c = rb.cell(0, h, g, hit);
+        INFO("W = 8: head " << h << " group " << g << " hit " << hit);
+        REQUIRE(c.pair <= c.key);
+        REQUIRE(c.pair <= c.value);
+        if (c.queries > 0) REQUIRE(c.pair > 0.0);  // the entry of the pair's block holds both
+        if (g != 3) REQUIRE(c.pair == c.key);
+      }
+  // an NSA layer has no single weight per row
+  lm::model_config cn = tiny_model(d);
+  cn.schedule = "nsa";
+  lm::lm mn(cn);
+  REQUIRE_THROWS_AS(lm::attention_readout(mn, d, 5, 4), kvphase::error);
+}
+
 TEST_CASE("lm quick run: a tiny compressed model learns recall beyond the value marginal", "[lm]") {
   const lm::data_config d = tiny_data();
   lm::model_config m = tiny_model(d);

@@ -490,6 +490,13 @@ struct attention_impl : torch::nn::Module {
   torch::Tensor indexer_kl;
   /// After a forward with the indexer: the selection mask [B, T, E] (entries each query attends).
   torch::Tensor selected;
+  /// Readout (lm::attention_readout; not NSA layers): with `keep` set, forward() leaves the
+  /// attention weights in kept_p [B, H, T, K] (detached; K = the rows a query can attend: the
+  /// compressed entries, then the T raw tokens, or the T tokens of a full layer) and the tokens
+  /// each row holds in kept_rows [R, 1 or H, K, W] (R = 1, or B with per-sequence grid offsets;
+  /// an entry its source tokens, a raw row its own token; −1 pads).
+  bool keep = false;
+  torch::Tensor kept_p, kept_rows;
 
   attention_impl(const model_config& c, layer_kind k, index_t layer = 0) : kind(k), cfg(c) {
     const index_t C = c.head_dim, D = c.d_model, H = c.heads;
@@ -545,6 +552,7 @@ struct attention_impl : torch::nn::Module {
     // kh [B, 1 or H, K, C]: the key/value rows (one set shared by the heads, or one per head
     // with shift_heads); allowed broadcasts against the scores [B, H, T, K]
     torch::Tensor kh = kv.unsqueeze(1), allowed;
+    torch::Tensor held = keep ? pos.reshape({1, 1, T, 1}) : torch::Tensor();  // kept_rows
     if (kind == layer_kind::full) {
       allowed = j.le(t);
     } else {
@@ -562,7 +570,7 @@ struct attention_impl : torch::nn::Module {
         // per compressor [R, T, E + T]: entry e visible to t when its last source ≤ t, then the
         // raw window. A head whose grid has fewer entries gets never-visible zero rows. With the
         // indexer, [B, T, E + T]: only the selected entries.
-        std::vector<torch::Tensor> vis, rows;
+        std::vector<torch::Tensor> vis, rows, helds;
         for (std::size_t h = 0; h < comps.size(); ++h) {
           auto last = Ls[h].last;
           auto ent = ents[h];
@@ -570,6 +578,14 @@ struct attention_impl : torch::nn::Module {
           if (pad > 0) {
             last = torch::cat({last, torch::full({R, pad}, std::numeric_limits<std::int64_t>::max() / 2, last.options())}, 1);
             ent = torch::cat({ent, torch::zeros({B, pad, C}, ent.options())}, 1);
+          }
+          if (keep) {  // [R, E + T, W]: entry sources (−1 where a slot is masked or the row pads), raw tokens
+            const index_t W = Ls[h].src.size(2);
+            auto src = Ls[h].src.masked_fill(Ls[h].valid.logical_not(), -1);
+            if (pad > 0) src = torch::cat({src, torch::full({R, pad, W}, -1, src.options())}, 1);
+            auto raw = torch::full({R, T, W}, -1, src.options());
+            raw.select(2, 0).copy_(pos.unsqueeze(0).expand({R, T}));
+            helds.push_back(torch::cat({src, raw}, 1));
           }
           auto ev = last.unsqueeze(1).le(t.unsqueeze(0));  // [R, T, E]
           if (idx) {
@@ -584,6 +600,7 @@ struct attention_impl : torch::nn::Module {
         // [R, 1 or H, T, E + T] and [B, 1 or H, E + T, C]; one compressor: views, no copy
         allowed = vis.size() == 1 ? vis[0].unsqueeze(1) : torch::stack(vis, 1);
         kh = rows.size() == 1 ? rows[0].unsqueeze(1) : torch::stack(rows, 1);
+        if (keep) held = torch::stack(helds, 1);
       }
     }
     auto scores = torch::matmul(q, kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(C));
@@ -599,6 +616,8 @@ struct attention_impl : torch::nn::Module {
     }
     auto out = torch::matmul(p, kh);
     dense_entries = torch::Tensor();
+    kept_p = keep ? p.detach() : torch::Tensor();
+    kept_rows = held;
     return finish(out, cs, sn, knock);
   }
 

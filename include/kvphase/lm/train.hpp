@@ -159,6 +159,100 @@ inline phase_counts evaluate(lm& model, const data_config& d, std::uint64_t seed
   return pc;
 }
 
+/// Where the queries' attention goes (attention_readout), summed over the queries of one
+/// (layer, head, phase group, outcome) cell. A row is what a query attends: a compressed entry or
+/// a raw token (every row of a full layer is a token). For a query whose pair has its key at
+/// position k and its value at k + 1, a row "holds the key" when k is among its tokens (an
+/// entry's unmasked source tokens), "holds the value" likewise, and "holds the pair" when both.
+struct readout_cell {
+  std::int64_t queries = 0;
+  double key = 0.0, value = 0.0, pair = 0.0;  ///< Σ over queries of the attention mass on such rows
+  /// the query's largest-weight row holds: both tokens, the key only, the value only, neither
+  std::int64_t top_pair = 0, top_key = 0, top_value = 0, top_neither = 0;
+};
+
+/// Readout cells of every layer and head: cell(l, h, g, hit) (hit: the query was answered right).
+struct attention_readout_result {
+  index_t layers = 0, heads = 0, modulus = 0;
+  std::vector<layer_kind> kinds;
+  std::vector<readout_cell> cells;  ///< [layer][head][group][miss, hit]
+  [[nodiscard]] readout_cell& cell(index_t l, index_t h, index_t g, bool hit) {
+    return cells[static_cast<std::size_t>(((l * heads + h) * modulus + g) * 2 + (hit ? 1 : 0))];
+  }
+  [[nodiscard]] const readout_cell& cell(index_t l, index_t h, index_t g, bool hit) const {
+    return cells[static_cast<std::size_t>(((l * heads + h) * modulus + g) * 2 + (hit ? 1 : 0))];
+  }
+};
+
+/// The attention of each query (the position whose logits predict the value) in every layer
+/// and head of the evaluation split (the sequences of evaluate()), by the rows that hold its
+/// pair's key and value tokens: the question of which compressed entry, if any, a query reads
+/// its answer from. NSA layers are refused (their three branches have no single weight per row).
+inline attention_readout_result attention_readout(lm& model, const data_config& d, std::uint64_t seed,
+                                                  index_t sequences) {
+  d.validate();
+  require(sequences >= 1, "sequences", sequences, "must be >= 1");
+  attention_readout_result r;
+  r.kinds = model->kinds;
+  for (std::size_t l = 0; l < r.kinds.size(); ++l)
+    require(r.kinds[l] != layer_kind::nsa, "layer " + std::to_string(l), to_string(r.kinds[l]),
+            "attention readout needs one weight per attended row; an NSA layer has three branches");
+  r.layers = static_cast<index_t>(r.kinds.size());
+  r.heads = model->cfg.heads;
+  r.modulus = d.modulus;
+  r.cells.assign(static_cast<std::size_t>(r.layers * r.heads * r.modulus * 2), readout_cell{});
+  torch::NoGradGuard ng;
+  model->eval();
+  for (auto& b : model->model->blocks) b->self_attn->keep = true;
+  const index_t B = 64;
+  for (index_t s = 0; s < sequences; s += B) {
+    const index_t n = std::min(B, sequences - s);
+    const auto b = make_batch(d, seed, 1, static_cast<std::uint64_t>(s), n);
+    const auto hit = query_logits(model->forward(b.tokens), b).argmax(-1).eq(b.target).contiguous();
+    const index_t BQ = static_cast<index_t>(b.key_position.size());
+    std::vector<std::int64_t> kpos(b.key_position.begin(), b.key_position.end());
+    const auto kp = torch::from_blob(kpos.data(), {BQ, 1, 1, 1}, torch::kLong).clone();
+    for (index_t l = 0; l < r.layers; ++l) {
+      const auto& a = model->model->blocks[static_cast<std::size_t>(l)]->self_attn;
+      const auto P = a->kept_p.permute({0, 2, 1, 3}).index({b.rows, b.at});  // [BQ, H, K]
+      const auto& rows = a->kept_rows;                                          // [R, 1 or H, K, W]
+      const auto rq = rows.size(0) == 1 ? rows.expand({BQ, rows.size(1), rows.size(2), rows.size(3)})
+                                        : rows.index({b.rows});
+      const auto hk = rq.eq(kp).any(-1).expand({BQ, r.heads, P.size(2)});      // [BQ, H, K]
+      const auto hv = rq.eq(kp + 1).any(-1).expand({BQ, r.heads, P.size(2)});
+      const auto hp = hk.logical_and(hv);
+      const auto mk = (P * hk).sum(-1).to(torch::kFloat64).contiguous();      // [BQ, H]
+      const auto mv = (P * hv).sum(-1).to(torch::kFloat64).contiguous();
+      const auto mp = (P * hp).sum(-1).to(torch::kFloat64).contiguous();
+      const auto top = P.argmax(-1, true);
+      const auto tk = hk.gather(-1, top).squeeze(-1).contiguous(), tv = hv.gather(-1, top).squeeze(-1).contiguous();
+      const auto* hk_ = tk.data_ptr<bool>();
+      const auto* hv_ = tv.data_ptr<bool>();
+      const auto* ok = hit.data_ptr<bool>();
+      for (index_t q = 0; q < BQ; ++q) {
+        const index_t g = b.key_position[static_cast<std::size_t>(q)] % d.modulus;
+        for (index_t h = 0; h < r.heads; ++h) {
+          readout_cell& c = r.cell(l, h, g, ok[q]);
+          const index_t i = q * r.heads + h;
+          ++c.queries;
+          c.key += mk.data_ptr<double>()[i];
+          c.value += mv.data_ptr<double>()[i];
+          c.pair += mp.data_ptr<double>()[i];
+          const bool k = hk_[i], v = hv_[i];
+          (k && v ? c.top_pair : k ? c.top_key : v ? c.top_value : c.top_neither) += 1;
+        }
+      }
+    }
+  }
+  for (auto& b : model->model->blocks) {
+    b->self_attn->keep = false;
+    b->self_attn->kept_p = torch::Tensor();
+    b->self_attn->kept_rows = torch::Tensor();
+  }
+  model->train();
+  return r;
+}
+
 /// Slot preference of each gated compressor (see gate_profile).
 inline std::vector<gate_profile> slot_profiles(lm& model) {
   torch::NoGradGuard ng;
