@@ -1001,15 +1001,28 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       {"nsa-gates-stack", compress::nsa(), {.kind = sim::model_kind::nsa, .select_blocks = 4, .select_block = 32,
                                             .gate_std = 1.0, .params = compress::params_kind::identity,
                                             .layers = "op,op"}}};
+#if defined(__SANITIZE_ADDRESS__)
+  // Under address+undefined (scripts/test.sh's sanitizer build) this case ran 1534 s against
+  // 22 s in the release build (a Zen 3 core): there each variant runs one of the two tasks
+  // (alternating) and one shard split, which keeps every model's code path under the sanitizers;
+  // the release build runs the whole matrix.
+  constexpr bool reduced = true;
+#else
+  constexpr bool reduced = false;
+#endif
+  std::size_t vi = 0;
   for (const auto& v : vs) {
+    std::size_t ti = 0;
     for (auto t : {"needle", "kv-pairs"}) {
+      if (reduced && ti++ % 2 != vi % 2) continue;
       auto c = kvphase::test::small_general_sweep(t, v.op);
       c.op = v.op;
       c.model = v.m;
       INFO(v.name << " " << t);
       REQUIRE(c.general());
       REQUIRE_NOTHROW(c.validate());
-      const auto one = kvphase::test::check_threads_and_shards(c, {2, 3});
+      const auto one = reduced ? kvphase::test::check_threads_and_shards(c, {3})
+                               : kvphase::test::check_threads_and_shards(c, {2, 3});
       // the model is part of the stream key (schema /3) and of the output's configuration
       auto other = c;
       other.model.sink = !other.model.sink;
@@ -1023,6 +1036,7 @@ TEST_CASE("general path: attention models are bitwise deterministic across threa
       }
       CHECK(c.stream_key().starts_with("kvphase.sweep_config/3|"));
     }
+    ++vi;
   }
   // the exact engines keep their key: the model field is not keyed there
   auto lin = kvphase::test::small_sweep("needle", sim::engine_kind::score);
