@@ -47,8 +47,8 @@ if(KVPHASE_BUILD_TESTS)
 endif()
 
 # train_lm end to end on a tiny setting (seconds): csa with the indexer, nsa, and a full twin
-# stopped at a recall; its outputs carry provenance and scripts/lm_report.py reads them. Bad values
-# exit 2 naming the field.
+# stopped at a recall; its outputs carry provenance and scripts/lm_report.py reads them; --load of
+# the saved checkpoints evaluates them again to the same rows. Bad values exit 2 naming the field.
 if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   set(_kv_lm_out ${PROJECT_BINARY_DIR}/examples/train_lm_quick)
@@ -66,6 +66,12 @@ if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
       grep -q '^# kvphase ' a/lm_phase.csv; grep -q '\"provenance\"' a/lm_summary.json
       grep -q '\"top_k\": 2' c/lm_summary.json; grep -q '\"steps_trained\": 1,' b/lm_summary.json
       test -f a/ckpt_nsa_seed1/model.safetensors
+      '$<TARGET_FILE:train_lm>' --load a/ckpt_csa_seed1,a/ckpt_nsa_seed1 --ablate ${_kv_lm_argstr} --out l > l.txt
+      grep -v '^#' a/lm_phase.csv | grep '^csa,' | cut -d, -f2- > a.rows
+      grep -v '^#' l/lm_phase.csv | grep '^ckpt_csa_seed1,' | cut -d, -f2- > l.rows
+      test -s a.rows; cmp a.rows l.rows; grep -q '^ckpt_nsa_seed1,' l/lm_ablation.csv
+      rc=0; '$<TARGET_FILE:train_lm>' --load a/ckpt_csa_seed1 --preset csa ${_kv_lm_argstr} --out x 2> x.err || rc=$?
+      test $rc -eq 2; grep -q 'excludes' x.err
       ${_kv_lm_report}
       echo ok")
   set_tests_properties(example.train_lm_quick PROPERTIES LABELS "example;torch" TIMEOUT 120 PASS_REGULAR_EXPRESSION "ok")

@@ -30,6 +30,11 @@
 // lm_summary.json (per run: period and uniformity tests,
 // speed), all with provenance, and one checkpoint directory per run
 // (ckpt_<preset>_seed<k>/model.safetensors + config.json) that kvphase-inspect reads.
+//
+// --load DIR[,DIR…] evaluates stored checkpoints instead of training (lm::load_checkpoint): each
+// model comes from its directory, the evaluation sequences from the data flags and --seed (the
+// run's seed reproduces its evaluation), and --ablate / --readout apply; the rows name the
+// directory as their preset. The flags that shape or train a model are refused with it.
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
     std::uint64_t seed = 1;
     index_t seeds = 1, layers = 2;
     bool ablate = false, readout = false, quiet = false;
+    std::vector<std::string> loads;
     double gate_entropy = 0.1;
     lm::model_config base;
     lm::data_config data;
@@ -207,6 +213,17 @@ int main(int argc, char** argv) {
                  "after training, record where each evaluation query's attention goes (the rows holding its "
                  "pair's key, value or both), per layer, head, phase group and outcome: lm_readout.csv");
     app.add_flag("--quiet", quiet, "no progress line");
+    {
+      auto* lo = app.add_option("--load", loads,
+                                "evaluate stored checkpoints (train_lm's ckpt_<preset>_seed<k> directories) instead of "
+                                "training: the model from each, the evaluation from the data flags and --seed")
+                     ->delimiter(',');
+      for (const char* f : {"--preset", "--seeds", "--layers", "--grid", "--schedule", "--d-model", "--heads",
+                            "--head-dim", "--mlp", "--rope-dim", "--raw-window", "--top-k", "--indexer-heads",
+                            "--indexer-dim", "--indexer-weight", "--steps", "--batch", "--lr", "--eval-every",
+                            "--gate-entropy", "--stop-recall"})
+        lo->excludes(app.get_option(f));
+    }
     app.add_option("--out", out, "output directory")->capture_default_str();
     if (auto rc = cli::parse(app, argc, argv, "train_lm")) return *rc;
     cli::check_writable_dir(out);
@@ -252,6 +269,40 @@ int main(int argc, char** argv) {
 
     const double peak = bench::fma_peak_gflops_per_cpu_second<float>(tc.threads);
     std::vector<run_record> runs;
+    // after a run's model is trained or loaded: its tests, ablations and readout
+    auto finish_run = [&](run_record& rec, lm::lm& model) {
+      const auto& e = rec.r.eval;
+      const index_t S = rec.model.stride;
+      const index_t period = (data.modulus % S == 0 && S >= 2) ? S : 0;
+      if (period) rec.period = stats::periodicity_test(e.hits, e.trials, data.modulus, period, {.seed = rec.seed});
+      rec.uniform = stats::uniformity_test(e.hits, e.trials);
+      if (ablate) {
+        for (index_t l = 0; l < static_cast<index_t>(model->kinds.size()); ++l)
+          for (index_t h = -1; h < rec.model.heads; ++h)
+            rec.ablation.push_back(lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences, l, h));
+      }
+      if (readout) rec.readout = lm::attention_readout(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
+    };
+    if (!loads.empty()) names.clear();
+    for (const auto& dir : loads) {
+      run_record rec;
+      rec.preset = std::filesystem::path(dir).lexically_normal().filename().string();
+      if (rec.preset.empty()) rec.preset = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+      rec.seed = seed;
+      lm::lm model = lm::load_checkpoint(dir);
+      rec.model = model->cfg;
+      require(rec.model.vocab == data.vocab(), "load", dir,
+              "holds a model of vocabulary " + std::to_string(rec.model.vocab) + "; the data flags give " +
+                  std::to_string(data.vocab()) + " (pass the --keys/--values/--pairs… of the run that saved it)");
+      if (readout)
+        for (const auto k : rec.model.layers())
+          require(k != lm::layer_kind::nsa, "readout", dir, "needs one attention weight per row; the model has NSA layers");
+      rec.train = tc;
+      rec.train.steps = 0;
+      rec.r.eval = lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
+      finish_run(rec, model);
+      runs.push_back(std::move(rec));
+    }
     const index_t total = static_cast<index_t>(names.size()) * seeds * tc.steps;
     cli::progress_printer progress("train_lm");
     index_t done = 0;
@@ -270,17 +321,7 @@ int main(int argc, char** argv) {
           if (!quiet) progress.update(done + s, total);
         }, &model);
         done += tc.steps;
-        const auto& e = rec.r.eval;
-        const index_t S = rec.model.stride;
-        const index_t period = (data.modulus % S == 0 && S >= 2) ? S : 0;
-        if (period) rec.period = stats::periodicity_test(e.hits, e.trials, data.modulus, period, {.seed = rec.seed});
-        rec.uniform = stats::uniformity_test(e.hits, e.trials);
-        if (ablate) {
-          for (index_t l = 0; l < static_cast<index_t>(model->kinds.size()); ++l)
-            for (index_t h = -1; h < rec.model.heads; ++h)
-              rec.ablation.push_back(lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences, l, h));
-        }
-        if (readout) rec.readout = lm::attention_readout(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
+        finish_run(rec, model);
         std::ostringstream dir;
         dir << out << "/ckpt_" << n << "_seed" << rec.seed;
         lm::save_checkpoint(model, dir.str());
@@ -290,8 +331,12 @@ int main(int argc, char** argv) {
 
     // ---- outputs ----
     nlohmann::json cfg;
-    cfg["presets"] = presets;
+    cfg["presets"] = loads.empty() ? presets : std::string();
     cfg["seeds"] = seeds;
+    if (!loads.empty()) {  // the loaded models' own field lists, under the names their rows carry
+      cfg["load"] = loads;
+      for (const auto& r : runs) cfg["preset_config"][r.preset]["model"] = io::fields_to_json(r.model);
+    }
     cfg["model"] = io::fields_to_json(base);
     cfg["data"] = io::fields_to_json(data);
     cfg["train"] = io::fields_to_json(tc);
@@ -418,13 +463,14 @@ int main(int argc, char** argv) {
       j["steps_trained"] = r.r.steps_done;
       j["train_seconds"] = r.r.seconds;
       j["train_cpu_seconds"] = r.r.cpu_seconds;
-      j["tokens_per_cpu_second"] = tps;
-      j["gflops_per_cpu_second"] = gflops;
-      j["roofline_fraction"] = gflops / peak;
+      const bool trained = r.r.steps_done > 0;  // a --load run has no speed: null, and "-" below
+      j["tokens_per_cpu_second"] = trained ? nlohmann::json(tps) : nlohmann::json();
+      j["gflops_per_cpu_second"] = trained ? nlohmann::json(gflops) : nlohmann::json();
+      j["roofline_fraction"] = trained ? nlohmann::json(gflops / peak) : nlohmann::json();
       js["runs"].push_back(j);
       std::cout << std::left << std::setw(13) << r.preset << " " << std::setw(5) << r.seed << " " << fx(r.r.eval.mean_recall(), 3)
                 << "        " << fx(r.r.eval.mean_loss(), 3) << "      " << (r.period.period ? fx(r.period.p, 4) : "  -   ")
-                << "    " << fx(r.uniform.p, 4) << "        " << fx(tps, 0) << "       " << fx(gflops / peak, 3) << "    ";
+                << "    " << fx(r.uniform.p, 4) << "        " << (trained ? fx(tps, 0) : "-") << "       " << (trained ? fx(gflops / peak, 3) : "-") << "    ";
       for (index_t g = 0; g < data.modulus; ++g) {
         const double v = r.r.eval.recall(g);
         std::cout << (std::isnan(v) ? std::string("-") : fx(v, 2)) << " ";

@@ -656,6 +656,126 @@ TEST_CASE("lm checkpoint of per-head grids: every head's compressor stored, head
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("lm checkpoint loads back bit for bit, for every layer kind; a damaged one is refused naming the file",
+          "[lm]") {
+  torch::manual_seed(17);
+  torch::NoGradGuard ng;
+  const auto base = std::filesystem::temp_directory_path() / ("kvphase_lm_load_" + std::to_string(::getpid()));
+  struct variant {
+    std::string schedule;
+    bool shift_heads;
+    index_t top_k;
+  };
+  const auto tokens = torch::randint(0, 64, {2, 37}, torch::kLong);
+  for (const variant& v : {variant{"csa,uniform,full", false, 0}, variant{"gated,nsa", false, 0},
+                           variant{"csa,csa", false, 3}, variant{"uniform,csa", true, 0}}) {
+    lm::model_config cfg = small_config(lm::layer_kind::csa, 32, 16, 8);
+    cfg.schedule = v.schedule;
+    cfg.shift_heads = v.shift_heads;
+    cfg.top_k = v.top_k;
+    cfg.validate();
+    lm::lm m(cfg);
+    for (auto& p : m->parameters()) p.normal_(0.0, 0.5);  // nothing left at its initial value
+    const auto dir = (base / v.schedule).string();
+    lm::save_checkpoint(m, dir);
+    lm::lm r = lm::load_checkpoint(dir);
+    INFO("schedule " << v.schedule << (v.shift_heads ? " shift_heads" : "") << " top_k " << v.top_k);
+    REQUIRE(io::fields_to_json(r->cfg) == io::fields_to_json(cfg));
+    const auto a = m->named_parameters(), b = r->named_parameters();
+    REQUIRE(a.size() == b.size());
+    for (const auto& kv : a) {
+      INFO(kv.key());
+      REQUIRE(b.contains(kv.key()));
+      REQUIRE(torch::equal(kv.value(), b[kv.key()]));
+    }
+    m->eval();
+    r->eval();
+    REQUIRE(torch::equal(m->forward(tokens), r->forward(tokens)));
+  }
+  // damage one checkpoint at a time: config.json, the format, a tensor's shape, a missing, an
+  // extra or a non-finite tensor, a uniform layer's streams and gates
+  const std::string good = (base / "csa,uniform,full").string();
+  const io::safetensors_file f(good + "/model.safetensors");
+  auto expect = [&](const std::string& dir, const std::string& what) {
+    INFO(dir);
+    REQUIRE_THROWS_WITH(lm::load_checkpoint(dir), Catch::Contains(what));
+  };
+  const std::string P = "model.layers.1.self_attn.compressor";
+  using shape_t = std::vector<std::int64_t>;
+  auto copy_with = [&](const std::string& name, auto&& edit, const std::string& format = "kvphase.lm/1",
+                       const std::vector<std::pair<std::string, float>>& extra = {}) {
+    const std::string dir = (base / name).string();
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(good + "/config.json", dir + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    io::safetensors_writer w;
+    for (const auto& t : f.tensors()) {
+      auto vals = f.values<float>(t.name);
+      shape_t shape = t.shape;
+      if (edit(t.name, shape, vals)) w.add<float>(t.name, shape, std::span<const float>(vals), io::tensor_dtype::f32);
+    }
+    for (const auto& [n, x] : extra) {
+      const shape_t one{1};
+      const std::vector<float> v{x};
+      w.add<float>(n, one, std::span<const float>(v), io::tensor_dtype::f32);
+    }
+    w.metadata("format", format);
+    w.write(dir + "/model.safetensors");
+    return dir;
+  };
+  auto keep = [](const std::string&, shape_t&, std::vector<float>&) { return true; };
+  REQUIRE_NOTHROW(lm::load_checkpoint(copy_with("same", keep)));  // the copy itself loads
+  expect(copy_with("format", keep, "other/1"), "metadata format = other/1: must be kvphase.lm/1");
+  expect(copy_with("missing", [](const std::string& n, shape_t&, std::vector<float>&) { return n != "lm_head.weight"; }),
+         "tensor = lm_head.weight: is not in the file");
+  expect(copy_with("extra", keep, "kvphase.lm/1", {{"model.layers.9.x", 1.0f}}),
+         "tensor = model.layers.9.x: has no place in the model");
+  expect(copy_with("nan",
+                   [](const std::string& n, shape_t&, std::vector<float>& v) {
+                     if (n == "model.norm.weight") v[3] = std::numeric_limits<float>::quiet_NaN();
+                     return true;
+                   }),
+         "tensor 'model.norm.weight'[3]");
+  expect(copy_with("shape",
+                   [](const std::string& n, shape_t& s, std::vector<float>& v) {
+                     if (n == "model.norm.weight") {
+                       s[0] -= 1;
+                       v.pop_back();
+                     }
+                     return true;
+                   }),
+         "tensor 'model.norm.weight' shape");
+  expect(copy_with("streams",
+                   [&](const std::string& n, shape_t&, std::vector<float>& v) {
+                     if (n == P + ".kv_proj.weight") v.back() += 1.0f;
+                     return true;
+                   }),
+         "must hold one stream twice");
+  expect(copy_with("gates",
+                   [&](const std::string& n, shape_t&, std::vector<float>& v) {
+                     if (n == P + ".position_bias") v[0] = 0.5f;
+                     return true;
+                   }),
+         "position_bias' = non-zero: must be zero");
+  {  // a config.json describing another model: the shapes no longer match
+    const std::string dir = copy_with("config", keep);
+    std::ifstream in(dir + "/config.json");
+    auto j = nlohmann::ordered_json::parse(in);
+    in.close();
+    j["kvphase"]["mlp_hidden"] = 96;
+    std::ofstream(dir + "/config.json") << j.dump(2);
+    expect(dir, "shape = [");
+    j["kvphase"]["no_such_field"] = 1;
+    std::ofstream(dir + "/config.json") << j.dump(2);
+    expect(dir, "no_such_field");
+    std::ofstream(dir + "/config.json") << "{ not json";
+    expect(dir, "must be JSON");
+    std::filesystem::remove(dir + "/config.json");
+    expect(dir, "must be a readable file");
+  }
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("lm model is causal through entries, raw window and MLPs", "[lm]") {
   // A change at a token must not move the outputs of earlier positions (causality through
   // the compressed entries, the raw window and the MLPs).

@@ -16,17 +16,24 @@
 /// config.json: compress_rope_theta, qk_rope_head_dim, rms_norm_eps and the model's field list
 /// under "kvphase". A NoPE model still loads with the loader's RoPE (the loader has no NoPE
 /// form); its "kvphase".rope is false.
+///
+/// load_checkpoint reads such a directory back into an lm: the architecture from config.json's
+/// "kvphase" fields, every parameter by name, bit for bit (strict: a missing, misshapen,
+/// non-finite or unknown tensor is an error naming the file and the tensor).
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kvphase/io/fields_json.hpp"
 #include "kvphase/io/safetensors.hpp"
+#include "kvphase/io/tensor_data.hpp"
 #include "kvphase/lm/model.hpp"
 
 namespace kvphase::lm {
@@ -34,20 +41,28 @@ namespace kvphase::lm {
 /// The model as a safetensors checkpoint named like a DeepSeek-V4 one (compress/checkpoint.hpp
 /// reads each compressed layer's compressor). A uniform layer is stored as the two-stream
 /// compressor it equals: both streams W_C, zero gates, zero slot bias.
+namespace detail {
+/// Compressor name prefixes of the model's uniform layers, with their strides.
+inline std::vector<std::pair<std::string, index_t>> uniform_compressors(lm& model) {
+  std::vector<std::pair<std::string, index_t>> out;
+  for (std::size_t l = 0; l < model->kinds.size(); ++l)
+    if (model->kinds[l] == layer_kind::uniform) {
+      const auto& cs = model->model->blocks[l]->self_attn->comps;
+      for (std::size_t h = 0; h < cs.size(); ++h)
+        out.emplace_back("model.layers." + std::to_string(l) + ".self_attn.compressor" +
+                             (h ? "_h" + std::to_string(h) : std::string()),
+                         cs[h]->stride);
+    }
+  return out;
+}
+}  // namespace detail
+
 inline void save_checkpoint(lm& model, const std::string& dir) {
   std::filesystem::create_directories(dir);
   io::safetensors_writer w;
   torch::NoGradGuard ng;
   const auto& c = model->cfg;
-  std::vector<std::pair<std::string, index_t>> uniform;  // compressor prefixes of uniform layers, stride
-  for (std::size_t l = 0; l < model->kinds.size(); ++l)
-    if (model->kinds[l] == layer_kind::uniform) {
-      const auto& cs = model->model->blocks[l]->self_attn->comps;
-      for (std::size_t h = 0; h < cs.size(); ++h)
-        uniform.emplace_back("model.layers." + std::to_string(l) + ".self_attn.compressor" +
-                                 (h ? "_h" + std::to_string(h) : std::string()),
-                             cs[h]->stride);
-    }
+  const auto uniform = detail::uniform_compressors(model);  // compressor prefixes of uniform layers, stride
   auto put = [&](const std::string& name, torch::Tensor t) {
     t = t.detach().to(torch::kFloat32).contiguous();
     std::vector<std::int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -74,6 +89,74 @@ inline void save_checkpoint(lm& model, const std::string& dir) {
   cfg["rms_norm_eps"] = c.rms_eps;
   cfg["kvphase"] = io::fields_to_json(c);
   std::ofstream(dir + "/config.json") << cfg.dump(2) << "\n";
+}
+
+/// The model of a save_checkpoint directory (config.json + model.safetensors): the architecture
+/// from config.json's "kvphase" field list (strict: an unknown field or a bad value is an error),
+/// every named parameter from model.safetensors, bit for bit. Throws kvphase::error naming the
+/// file and the rule when a file is missing or not JSON, the format metadata is not
+/// kvphase.lm/1, a parameter is missing, has another shape or a non-finite value, a uniform
+/// layer's stored streams differ or its gates or slot bias are not zero, or the file holds a
+/// tensor the model has no place for.
+inline lm load_checkpoint(const std::string& dir) {
+  const std::string cj = dir + "/config.json", st = dir + "/model.safetensors";
+  std::ifstream in(cj);
+  require(in.good(), "checkpoint config", cj, "must be a readable file (save_checkpoint writes it)");
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint config", cj, std::string("must be JSON: ") + e.what());
+  }
+  require(j.is_object() && j.contains("kvphase") && j["kvphase"].is_object(), "checkpoint config", cj,
+          "must hold the model's field list under \"kvphase\" (a kvphase lm checkpoint)");
+  model_config c;
+  io::fields_from_json(j["kvphase"], c, cj + " kvphase");
+  c.validate();
+  const io::safetensors_file f(st);
+  const auto& meta = f.header().metadata;
+  const auto fmt = meta.find("format");
+  require(fmt != meta.end() && fmt->second == "kvphase.lm/1", st + " metadata format",
+          fmt == meta.end() ? std::string("(absent)") : fmt->second, "must be kvphase.lm/1");
+  torch::NoGradGuard ng;
+  lm model(c);
+  const auto uniform = detail::uniform_compressors(model);
+  std::set<std::string> used;
+  auto read = [&](const std::string& name, std::vector<std::int64_t> want) {
+    const io::tensor_info& t = f.info(name);
+    require(t.shape == want, st + " tensor '" + name + "' shape", io::shape_text(t.shape),
+            "must be " + io::shape_text(want) + " (the model " + cj + " describes)");
+    auto v = f.values<float>(name);
+    require_finite(v, st + " tensor '" + name + "'");
+    used.insert(name);
+    return torch::from_blob(v.data(), want, torch::kFloat32).clone();
+  };
+  for (auto& kv : model->named_parameters()) {
+    auto p = kv.value();
+    std::vector<std::int64_t> want(p.sizes().begin(), p.sizes().end());
+    const bool doubled = std::any_of(uniform.begin(), uniform.end(),
+                                     [&](const auto& u) { return kv.key() == u.first + ".kv_proj.weight"; });
+    if (!doubled) {
+      p.copy_(read(kv.key(), want));
+      continue;
+    }
+    // a uniform layer is stored as the two-stream compressor it equals: both streams W_C
+    auto shape2 = want;
+    shape2[0] *= 2;
+    const auto t = read(kv.key(), shape2);
+    require(torch::equal(t.narrow(0, 0, want[0]), t.narrow(0, want[0], want[0])), st + " tensor '" + kv.key() + "'",
+            "two different streams", "must hold one stream twice (a uniform layer in " + cj + ")");
+    p.copy_(t.narrow(0, 0, want[0]));
+  }
+  for (const auto& [P, S] : uniform) {
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
+             {P + ".gate_proj.weight", {2 * c.head_dim, c.d_model}}, {P + ".position_bias", {S, 2 * c.head_dim}}})
+      require(read(name, shape).abs().max().item<float>() == 0.0f, st + " tensor '" + name + "'", "non-zero",
+              "must be zero (a uniform layer in " + cj + ")");
+  }
+  for (const auto& t : f.tensors())
+    require(used.count(t.name) == 1, st + " tensor", t.name, "has no place in the model " + cj + " describes");
+  return model;
 }
 
 }  // namespace kvphase::lm
