@@ -769,7 +769,7 @@ TEST_CASE("lm checkpoint loads back bit for bit, for every layer kind; a damaged
     std::ofstream(dir + "/config.json") << j.dump(2);
     expect(dir, "no_such_field");
     std::ofstream(dir + "/config.json") << "{ not json";
-    expect(dir, "must be JSON");
+    expect(dir, "is not valid JSON");
     std::filesystem::remove(dir + "/config.json");
     expect(dir, "must be a readable file");
   }

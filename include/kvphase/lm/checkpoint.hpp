@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kvphase/io/fields_json.hpp"
+#include "kvphase/io/json.hpp"
 #include "kvphase/io/safetensors.hpp"
 #include "kvphase/io/tensor_data.hpp"
 #include "kvphase/lm/model.hpp"
@@ -102,12 +103,7 @@ inline lm load_checkpoint(const std::string& dir) {
   const std::string cj = dir + "/config.json", st = dir + "/model.safetensors";
   std::ifstream in(cj);
   require(in.good(), "checkpoint config", cj, "must be a readable file (save_checkpoint writes it)");
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint config", cj, std::string("must be JSON: ") + e.what());
-  }
+  const nlohmann::ordered_json j = io::read_json(in, cj);
   require(j.is_object() && j.contains("kvphase") && j["kvphase"].is_object(), "checkpoint config", cj,
           "must hold the model's field list under \"kvphase\" (a kvphase lm checkpoint)");
   model_config c;
