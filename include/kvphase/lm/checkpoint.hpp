@@ -39,9 +39,6 @@
 
 namespace kvphase::lm {
 
-/// The model as a safetensors checkpoint named like a DeepSeek-V4 one (compress/checkpoint.hpp
-/// reads each compressed layer's compressor). A uniform layer is stored as the two-stream
-/// compressor it equals: both streams W_C, zero gates, zero slot bias.
 namespace detail {
 /// Compressor name prefixes of the model's uniform layers, with their strides.
 inline std::vector<std::pair<std::string, index_t>> uniform_compressors(lm& model) {
@@ -58,6 +55,9 @@ inline std::vector<std::pair<std::string, index_t>> uniform_compressors(lm& mode
 }
 }  // namespace detail
 
+/// The model as a safetensors checkpoint named like a DeepSeek-V4 one (compress/checkpoint.hpp
+/// reads each compressed layer's compressor). A uniform layer is stored as the two-stream
+/// compressor it equals: both streams W_C, zero gates, zero slot bias.
 inline void save_checkpoint(lm& model, const std::string& dir) {
   std::filesystem::create_directories(dir);
   io::safetensors_writer w;
@@ -120,6 +120,8 @@ inline lm load_checkpoint(const std::string& dir) {
   std::set<std::string> used;
   auto read = [&](const std::string& name, std::vector<std::int64_t> want) {
     const io::tensor_info& t = f.info(name);
+    require(io::is_float_dtype(t.dtype), st + " tensor '" + name + "' dtype", io::to_string(t.dtype),
+            "must be a float type");
     require(t.shape == want, st + " tensor '" + name + "' shape", io::shape_text(t.shape),
             "must be " + io::shape_text(want) + " (the model " + cj + " describes)");
     auto v = f.values<float>(name);
