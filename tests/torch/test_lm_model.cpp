@@ -765,6 +765,10 @@ TEST_CASE("lm checkpoint loads back bit for bit, for every layer kind; a damaged
     j["kvphase"]["mlp_hidden"] = 96;
     std::ofstream(dir + "/config.json") << j.dump(2);
     expect(dir, "shape = [");
+    j["kvphase"]["mlp_hidden"] = 65536;  // a model far larger than the file: refused before allocating it
+    j["kvphase"]["d_model"] = 8192;
+    std::ofstream(dir + "/config.json") << j.dump(2);
+    expect(dir, "must hold the model");
     j["kvphase"]["no_such_field"] = 1;
     std::ofstream(dir + "/config.json") << j.dump(2);
     expect(dir, "no_such_field");

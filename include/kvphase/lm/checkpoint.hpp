@@ -110,6 +110,18 @@ inline lm load_checkpoint(const std::string& dir) {
   io::fields_from_json(j["kvphase"], c, cj + " kvphase");
   c.validate();
   const io::safetensors_file f(st);
+  {  // every parameter is in the file: a config.json naming a far larger model is refused before
+     // the model is allocated (the embedding, head, projections and MLPs bound it from below)
+    const double D = static_cast<double>(c.d_model), V = static_cast<double>(c.vocab),
+                 HC = static_cast<double>(c.heads * c.head_dim), C = static_cast<double>(c.head_dim),
+                 F = static_cast<double>(c.mlp_hidden), L = static_cast<double>(c.layers().size());
+    const double need = 2.0 * V * D + L * (2.0 * HC * D + C * D + 3.0 * D * F);
+    double have = 0.0;
+    for (const auto& t : f.tensors()) have += static_cast<double>(t.count());
+    require(need <= have, st, std::to_string(static_cast<std::uint64_t>(have)) + " values",
+            "must hold the model " + cj + " describes: at least " +
+                std::to_string(static_cast<std::uint64_t>(need)) + " parameters");
+  }
   const auto& meta = f.header().metadata;
   const auto fmt = meta.find("format");
   require(fmt != meta.end() && fmt->second == "kvphase.lm/1", st + " metadata format",
