@@ -656,7 +656,7 @@ TEST_CASE("lm checkpoint of per-head grids: every head's compressor stored, head
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("lm checkpoint loads back bit for bit, for every layer kind; a damaged one is refused naming the file",
+TEST_CASE("lm checkpoint loads back bit for bit for every layer kind and refuses a damaged one naming the file",
           "[lm]") {
   torch::manual_seed(17);
   torch::NoGradGuard ng;
