@@ -276,12 +276,13 @@ int main(int argc, char** argv) {
       const index_t period = (data.modulus % S == 0 && S >= 2) ? S : 0;
       if (period) rec.period = stats::periodicity_test(e.hits, e.trials, data.modulus, period, {.seed = rec.seed});
       rec.uniform = stats::uniformity_test(e.hits, e.trials);
+      // the readout first: it refuses NSA layers (a loaded model's are not checked before)
+      if (readout) rec.readout = lm::attention_readout(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
       if (ablate) {
         for (index_t l = 0; l < static_cast<index_t>(model->kinds.size()); ++l)
           for (index_t h = -1; h < rec.model.heads; ++h)
             rec.ablation.push_back(lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences, l, h));
       }
-      if (readout) rec.readout = lm::attention_readout(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
     };
     if (!loads.empty()) names.clear();
     for (const auto& dir : loads) {
@@ -294,9 +295,6 @@ int main(int argc, char** argv) {
       require(rec.model.vocab == data.vocab(), "load", dir,
               "holds a model of vocabulary " + std::to_string(rec.model.vocab) + "; the data flags give " +
                   std::to_string(data.vocab()) + " (pass the --keys/--values/--pairs… of the run that saved it)");
-      if (readout)
-        for (const auto k : rec.model.layers())
-          require(k != lm::layer_kind::nsa, "readout", dir, "needs one attention weight per row; the model has NSA layers");
       rec.train = tc;
       rec.train.steps = 0;
       rec.r.eval = lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
