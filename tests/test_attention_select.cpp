@@ -38,16 +38,18 @@ std::vector<index_t> ref_top_k(const std::vector<double>& s, index_t k) {
 
 TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attention][select]", float, double) {
   using Real = TestType;
-  // H spans both forms on every path (per key and head below half a batch of heads, packed
-  // from there: on AVX-512 one head batch, three, and a chunk of four plus one; below, chunks of
-  // two ending in one); n = 150 > 64 crosses the packed kernel's key blocks, and its full key
-  // tiles end in single keys. Below half a batch of heads, widths of 1, 2, 4 and 8 batches take
-  // the key blocks (simd::scaled_dots_held) for whole blocks of L keys and the per-key loop for
-  // the rest (n = 23: one or two blocks and a remainder on every path); both must give the per-key
-  // formula's bits: simd::dot, scaled, ReLU, heads added in order (one fused step on FMA paths).
-  for (index_t H : {1, 3, 8, 40, 70}) {
+  // H spans both forms on every path (packed from two batches of heads on fused-FMA paths, from
+  // half a batch elsewhere: H = 40 and 70 are packed everywhere, on AVX-512 float three head
+  // batches and a chunk of four plus one; below, chunks of two ending in one); n = 150 > 64 crosses
+  // the packed kernel's key blocks, and its full key tiles end in single keys. The per-key form
+  // must give its formula's bits: on fused-FMA paths from two heads keys in lanes, where n = 61 is
+  // whole tiles of 2 or 3 key blocks, a shorter one and a partial block, and the H (query, head)
+  // pairs go 4 at a time with 1-3 left (each dot product the channels in order, one std::fma each
+  // from zero); one head and other paths simd::dot (held against blocks of L keys for widths of
+  // 1, 2, 4 and 8 batches); then scaled, ReLU, heads added in order (one fused step on FMA paths).
+  for (index_t H : {1, 2, 3, 5, 8, 40, 70}) {
     for (index_t dI : {1, 7, 16, 32, 33, 64, 128}) {
-      const index_t n = H >= 40 ? 150 : 23;
+      const index_t n = H >= 40 ? 150 : 61;
       const auto q = kt::random_matrix<Real>(H, dI, 81u + static_cast<unsigned>(H * 100 + dI));
       const auto w = kt::random_matrix<Real>(1, H, 82u + static_cast<unsigned>(H));
       const auto KI = kt::random_matrix<Real>(n, dI, 83u + static_cast<unsigned>(dI));
@@ -60,10 +62,15 @@ TEMPLATE_TEST_CASE("indexer scores match the reference on every path", "[attenti
           for (index_t i = 0; i < n; ++i) {
             Real s = 0;
             for (index_t h = 0; h < H; ++h) {
-              const Real v = scale * simd::dot<Real, Arch>(q.data() + h * dI, KI.data() + i * dI, dI);
-              if constexpr (simd::fused_fma<Arch>()) {
+              if (simd::fused_fma<Arch>() && H >= 2) {
+                Real dot = 0;
+                for (index_t c = 0; c < dI; ++c) dot = std::fma(q(h, c), KI(i, c), dot);
+                s = std::fma(w(0, h), std::max(scale * dot, Real(0)), s);
+              } else if constexpr (simd::fused_fma<Arch>()) {
+                const Real v = scale * simd::dot<Real, Arch>(q.data() + h * dI, KI.data() + i * dI, dI);
                 s = std::fma(w(0, h), std::max(v, Real(0)), s);
               } else {
+                const Real v = scale * simd::dot<Real, Arch>(q.data() + h * dI, KI.data() + i * dI, dI);
                 s += w(0, h) * std::max(v, Real(0));
               }
             }

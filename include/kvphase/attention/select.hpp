@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <ostream>
@@ -81,14 +82,21 @@ index_lists lists_by_query(index_t M, int threads, Fill&& fill) {
 // ---- kernels -----------------------------------------------------------------------------------
 
 namespace detail {
-/// Whether indexer_scores vectorises over heads (the packed kernel below) rather than over
-/// channels (one dot product per key and head): on a SIMD path when the heads fill at least half
-/// a batch, so padding wastes at most half the lanes. (Zen 5, float, 8192 keys: at 8 heads of 64
-/// channels the packed kernel is 2.2× the per-key one, at 4 heads of 128 0.7×.)
+/// Whether indexer_scores vectorises over heads (the packed kernel below) rather than running the
+/// per-key form. On fused-FMA paths the per-key form has the keys in lanes (no lane wasted at any
+/// head count), and the packed kernel is faster only from two whole batches of heads, where its
+/// tile holds several head batches against each broadcast key channel. kvphase-bench attention
+/// --context 32768 --dim 128 --queries 256 (top-k row, 1 thread, Xeon with AVX-512, float),
+/// packed against keys in lanes: AVX-512 16 heads 44.5 against 34.8 ms, 64 heads 99.6 against
+/// 105.5; with --arch avx2 8 heads 37.5 against 35.6, 16 heads 55.2 against 61.9. Elsewhere the
+/// per-key form is one dot product per key and head, and the packed kernel is used from half a
+/// batch (Zen 5, float, 8192 keys: at 8 heads of 64 channels 2.2× the per-key one).
 template <class Real, class Arch>
 constexpr bool index_heads_packed(index_t H) noexcept {
   if constexpr (simd::is_scalar_v<Arch>) {
     return false;
+  } else if constexpr (simd::fused_fma<Arch>()) {
+    return H >= 2 * simd::lanes<Real, Arch>();
   } else {
     return 2 * H >= simd::lanes<Real, Arch>();
   }
@@ -224,20 +232,171 @@ inline void index_heads_scores(const Real* qT, const Real* wp, index_t H, const 
 
 // ---- the per-key form: one dot product over the channels per key and head, heads summed in order
 
+/// Whether the per-key form runs keys in lanes (index_lanes_scores): on fused-FMA SIMD paths,
+/// where a lane's chain of FMAs has the scalar std::fma chain's bits, from two heads. Elsewhere
+/// one simd::dot per key and head. One head stays on simd::dot because the transposition the lanes
+/// need costs more than they save when a call has few (query, head) pairs, and one-head calls are
+/// the sweeps' query-as-indexer, one query per call: with the lanes the paper-scale faithful sweep
+/// of docs/sim.md took 25.0-25.6 s against 21.7-23.3 s (docs/performance.md).
+template <class Real, class Arch>
+constexpr bool index_keys_in_lanes(index_t H) noexcept {
+  if constexpr (simd::is_scalar_v<Arch>) {
+    return false;
+  } else {
+    return simd::fused_fma<Arch>() && H >= 2;
+  }
+}
+
+/// Index keys transposed in blocks of L keys (L = the path's lanes), the per-key form's operand:
+/// KT[(b·dI + c)·L + l] = KI[(b·L + l)·ldk + c] for keys b·L + l < n, zero for the block's rest.
+///   KT: [ceil(n / L)·dI·L], aligned to the batch.
+template <class Real, class Arch>
+inline void transpose_index_keys(const Real* KI, index_t ldk, index_t n, index_t dI, Real* KT) noexcept {
+  constexpr index_t L = simd::lanes<Real, Arch>();
+  for (index_t b = 0; b * L < n; ++b) {
+    Real* blk = KT + b * dI * L;
+    const index_t l1 = std::min<index_t>(L, n - b * L);
+    for (index_t l = 0; l < l1; ++l) {
+      const Real* k = KI + (b * L + l) * ldk;
+      for (index_t c = 0; c < dI; ++c) blk[c * L + l] = k[c];
+    }
+    for (index_t l = l1; l < L; ++l)
+      for (index_t c = 0; c < dI; ++c) blk[c * L + l] = Real(0);
+  }
+}
+
+/// Key blocks per tile of the keys-in-lanes kernel: RB blocks × 4 (query, head) pairs of
+/// accumulators, 12 of 32 registers on AVX-512, 8 of 16 below (two FMA ports × four cycles of
+/// latency want eight chains in flight), with RB key batches and a broadcast beside them.
+template <class Arch>
+constexpr int index_lanes_blocks() noexcept {
+  return Arch::alignment() == 64 ? 3 : 2;
+}
+
+/// RB key blocks × RP (query, head) pairs: acc[b][p] = Σ_c q[p][c]·KT_b[c] over the dI channels
+/// in order, one FMA each from zero (each lane is std::fma's chain over the channels).
+template <class Real, class Arch, int RB, int RP>
+inline void index_lanes_dots(const Real* KT, index_t dI, const Real* const* q,
+                             xsimd::batch<Real, Arch> (&acc)[RB][RP]) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size;
+#pragma GCC unroll 4
+  for (int b = 0; b < RB; ++b)
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; ++p) acc[b][p] = B(Real(0));
+  for (index_t c = 0; c < dI; ++c) {
+    B k[RB];
+#pragma GCC unroll 4
+    for (int b = 0; b < RB; ++b) k[b] = B::load_aligned(KT + (b * dI + c) * L);
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; ++p) {
+      const B qc(q[p][c]);
+#pragma GCC unroll 4
+      for (int b = 0; b < RB; ++b) acc[b][p] = simd::fma(qc, k[b], acc[b][p]);
+    }
+  }
+}
+
+/// The keys-in-lanes form of index_key_scores_group (fused-FMA paths): the keys, transposed in
+/// blocks of L (transpose_index_keys), go RB blocks at a time to the group's (query, head) pairs,
+/// four pairs at a time in (query, head) order; each pair's dot products are scaled, passed
+/// through max(·, 0) and added by one FMA to its query's sums, kept for the tile in `sums`
+/// (G·RB·L, aligned), heads in order, then copied out up to the group's largest key count.
+template <class Real, class Arch>
+inline void index_lanes_scores(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KT,
+                               index_t nmax, index_t dI, Real scale, Real* const* out, Real* sums) noexcept {
+  using B = xsimd::batch<Real, Arch>;
+  constexpr index_t L = B::size, RBmax = index_lanes_blocks<Arch>(), RPmax = 4;
+  const index_t P = G * H, nblocks = (nmax + L - 1) / L;
+  const B zero(Real(0)), sc(scale);
+  for (index_t b0 = 0; b0 < nblocks; b0 += RBmax) {
+    const index_t nb = std::min<index_t>(RBmax, nblocks - b0);
+    const Real* kt = KT + b0 * dI * L;
+    for (index_t p0 = 0; p0 < P; p0 += RPmax) {
+      const index_t np = std::min<index_t>(RPmax, P - p0);
+      const Real* q[RPmax];
+      for (index_t p = 0; p < np; ++p) q[p] = qI[(p0 + p) / H] + ((p0 + p) % H) * dI;
+      auto fold = [&](auto rb, auto rp) {
+        constexpr int RB = decltype(rb)::value, RP = decltype(rp)::value;
+        B acc[RB][RP];
+        index_lanes_dots<Real, Arch, RB, RP>(kt, dI, q, acc);
+        for (int p = 0; p < RP; ++p) {  // pairs in (query, head) order: each query's heads in order
+          const index_t g = (p0 + p) / H, h = (p0 + p) % H;
+          const B wv(w[g][h]);
+          for (int b = 0; b < RB; ++b) {
+            Real* s = sums + (g * RBmax + b) * L;
+            const B v = sc * acc[b][p];
+            const B t = simd::fma(wv, xsimd::select(v < zero, zero, v), h == 0 ? zero : B::load_aligned(s));
+            t.store_aligned(s);
+          }
+        }
+      };
+      auto by_pairs = [&](auto rb) {
+        switch (np) {
+          case 4: fold(rb, std::integral_constant<int, 4>{}); break;
+          case 3: fold(rb, std::integral_constant<int, 3>{}); break;
+          case 2: fold(rb, std::integral_constant<int, 2>{}); break;
+          default: fold(rb, std::integral_constant<int, 1>{}); break;
+        }
+      };
+      if (nb == RBmax) {
+        by_pairs(std::integral_constant<int, RBmax>{});
+      } else if (nb == 2) {
+        by_pairs(std::integral_constant<int, 2>{});
+      } else {
+        by_pairs(std::integral_constant<int, 1>{});
+      }
+    }
+    const index_t i0 = b0 * L, m = std::min<index_t>(nb * L, nmax - i0);
+    for (index_t g = 0; g < G; ++g) std::copy(sums + g * RBmax * L, sums + g * RBmax * L + m, out[g] + i0);
+  }
+}
+
+/// Per-thread scratch of indexer_scores and csa_select: a packed query and its head weights (the
+/// packed form), the transposed keys and the tile's sums (the per-key form in lanes).
+template <class Real>
+struct index_query_scratch {
+  std::vector<Real, xsimd::aligned_allocator<Real, 64>> qT, wp, KT, sums;
+};
+
 /// index_key_scores of G queries over their own key counts n[g] (query g: qI[g], w[g], out[g],
-/// room for max n). Where simd::with_held_width allows (fused-FMA paths, dI of 1, 2, 4 or 8
-/// batches), whole blocks of L keys up to the largest n go to the G queries together: per block,
-/// query and head, the head's query held in registers against the block's keys (read from memory
-/// once for the G queries, then from L1; simd::scaled_dots_held), then the head's term added to
-/// the L keys' sums in a batch. The keys after the blocks, and other widths, go query by query.
-/// Per query and key these are the operations of the loop below (max(v, 0) as std::max: v unless
-/// v < 0), so a score does not depend on G or on which queries share a call.
+/// room for max n), per key and query
+///   out[g][i] = Σ_{h<H} w[g][h] · max(scale · ⟨qI[g][h], KI[i]⟩, 0), heads added in order,
+/// and on fused-FMA paths from two heads (index_keys_in_lanes) each dot product is the channels
+/// in order, one std::fma each from zero, and each head added by one fused step: keys in lanes, every query of
+/// the group against each transposed key block while it is in L1 (index_lanes_scores). KT: the
+/// keys already transposed (transpose_index_keys, at least max n keys) or null (transposed here
+/// into scratch). Elsewhere one simd::dot per key and head (held against blocks of keys where it
+/// can be). A score depends on (Arch, H, dI) and
+/// its inputs only: not on G, on which queries share a call, or on the thread.
 template <class Real, class Arch>
 inline void index_key_scores_group(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
-                                   index_t ldk, const index_t* n, index_t dI, Real scale, Real* const* out) noexcept {
+                                   index_t ldk, const index_t* n, index_t dI, Real scale, Real* const* out,
+                                   index_query_scratch<Real>& scratch, const Real* KT = nullptr) {
   const index_t nmax = G > 0 ? *std::max_element(n, n + G) : 0;
   index_t done = 0;
-  if constexpr (!simd::is_scalar_v<Arch>)  // (the scalar path has no batch type)
+  if constexpr (!simd::is_scalar_v<Arch>) {  // (the scalar path has no batch type)
+    if (index_keys_in_lanes<Real, Arch>(H)) {
+      constexpr index_t L = simd::lanes<Real, Arch>(), RB = index_lanes_blocks<Arch>();
+      if (!KT) {
+        scratch.KT.resize(static_cast<std::size_t>((nmax + L - 1) / L * L * dI));
+        transpose_index_keys<Real, Arch>(KI, ldk, nmax, dI, scratch.KT.data());
+        KT = scratch.KT.data();
+      }
+      constexpr index_t Gt = 8;  // queries per pass (the tile's sums: Gt·RB·L)
+      scratch.sums.resize(static_cast<std::size_t>(Gt * RB * L));
+      for (index_t g0 = 0; g0 < G; g0 += Gt) {
+        const index_t m = std::min(Gt, G - g0);
+        const index_t nm = *std::max_element(n + g0, n + g0 + m);
+        index_lanes_scores<Real, Arch>(qI + g0, w + g0, m, H, KT, nm, dI, scale, out + g0, scratch.sums.data());
+      }
+      return;
+    }
+    // simd::dot's bits: where simd::with_held_width allows (fused-FMA paths, dI of 1, 2, 4 or 8
+    // batches), whole blocks of L keys up to the largest n go to the G queries together: per
+    // block, query and head, the head's query held in registers against the block's keys
+    // (simd::scaled_dots_held), then the head's term added to the L keys' sums in a batch; the
+    // keys after the blocks, and other widths, query by query below, by the same operations
     done = simd::with_held_width<Real, Arch>(dI, [&](auto nb) {
       constexpr int NB = decltype(nb)::value;
       using B = xsimd::batch<Real, Arch>;
@@ -259,6 +418,7 @@ inline void index_key_scores_group(const Real* const* qI, const Real* const* w, 
       }
       return i;
     });
+  }
   for (index_t g = 0; g < G; ++g) {
     for (index_t i = done; i < n[g]; ++i) {
       Real s = 0;
@@ -278,15 +438,9 @@ inline void index_key_scores_group(const Real* const* qI, const Real* const* w, 
 /// One query's per-key scores (index_key_scores_group with G = 1).
 template <class Real, class Arch>
 inline void index_key_scores(const Real* qI, const Real* w, index_t H, const Real* KI, index_t ldk, index_t n,
-                             index_t dI, Real scale, Real* out) noexcept {
-  index_key_scores_group<Real, Arch>(&qI, &w, 1, H, KI, ldk, &n, dI, scale, &out);
+                             index_t dI, Real scale, Real* out, index_query_scratch<Real>& scratch) {
+  index_key_scores_group<Real, Arch>(&qI, &w, 1, H, KI, ldk, &n, dI, scale, &out, scratch);
 }
-
-/// Per-thread scratch of indexer_scores: a packed query and its head weights.
-template <class Real>
-struct index_query_scratch {
-  std::vector<Real, xsimd::aligned_allocator<Real, 64>> qT, wp;
-};
 }  // namespace detail
 
 /// Lightning-indexer scores of one query over n index keys:
@@ -294,11 +448,15 @@ struct index_query_scratch {
 ///   qI: [H × dI] row-major (row h = index head h); w: [H] head weights; KI: [n × ldk] (first dI
 ///   channels); out: [n].
 /// Two summation orders, each fixed by (Arch, H) alone, so a score never depends on the thread
-/// count or the caller: when the heads fill at least half a batch (detail::index_heads_packed,
-/// e.g. V4's 64 heads) the query is packed channel-major and each key's channel is broadcast
-/// against batches of heads (channels summed in order per head, a GEMM-like kernel with no
-/// horizontal sum per head); with few heads, one SIMD dot product per key and head, heads summed
-/// in order. `scratch` holds the packed query between calls (one per thread).
+/// count or the caller: with many heads (detail::index_heads_packed: from two batches of heads on
+/// fused-FMA paths, from half a batch elsewhere; e.g. V4's 64 heads) the query is packed
+/// channel-major and each key's channel is broadcast against batches of heads (channels summed in order per head, a GEMM-like kernel with no
+/// horizontal sum per head, heads summed across the batch); with few heads the per-key form,
+/// heads summed in order: on fused-FMA paths from two heads keys in lanes (channels in order per head, as the
+/// packed form, against the keys transposed in blocks of a batch; one query's call transposes its
+/// n keys, so many queries over the same keys are cheaper through csa_select, which transposes
+/// them once), elsewhere one SIMD dot product per key and head. `scratch` holds the packed query
+/// or the transposed keys between calls (one per thread).
 template <class Real, class Arch = simd::default_arch>
 inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real* KI, index_t ldk, index_t n,
                            index_t dI, Real scale, Real* out, detail::index_query_scratch<Real>& scratch) {
@@ -312,7 +470,7 @@ inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real*
       return;
     }
   }
-  detail::index_key_scores<Real, Arch>(qI, w, H, KI, ldk, n, dI, scale, out);
+  detail::index_key_scores<Real, Arch>(qI, w, H, KI, ldk, n, dI, scale, out, scratch);
 }
 
 /// indexer_scores with its own scratch (one allocation per call).
@@ -515,9 +673,27 @@ index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Rea
       fail("KI.rows()", KI.rows(), "must cover the " + std::to_string(nv) + " entries visible at position " + std::to_string(t));
   }
   // few heads: groups of up to 8 consecutive queries scored together (index_key_scores_group:
-  // each key block read once per group; scores independent of the grouping, so of the threads)
+  // each key block read from memory once per group; scores independent of the grouping, so of
+  // the threads)
   constexpr index_t group = 8;
   const bool grouped = !detail::index_heads_packed<Real, Arch>(H);
+  // keys in lanes: the keys every query may see, transposed once for all threads (into memory
+  // left uninitialised: the transposition writes every element, and zeroing it first cost as
+  // much as the transposition in a sweep's one-query calls)
+  std::unique_ptr<Real[]> kt_mem;
+  const Real* KT = nullptr;
+  if constexpr (!simd::is_scalar_v<Arch>) {
+    if (grouped && detail::index_keys_in_lanes<Real, Arch>(H)) {
+      constexpr index_t L = simd::lanes<Real, Arch>();
+      index_t nall = 0;
+      for (index_t i = 0; i < M; ++i) nall = std::max(nall, grid.num_visible(pos[static_cast<std::size_t>(i)]));
+      kt_mem = std::make_unique_for_overwrite<Real[]>(static_cast<std::size_t>((nall + L - 1) / L * L * dI + L));
+      Real* kt = kt_mem.get();
+      kt += (L - reinterpret_cast<std::uintptr_t>(kt) / sizeof(Real) % L) % L;  // aligned to the batch
+      detail::transpose_index_keys<Real, Arch>(KI.data(), KI.outerStride(), nall, dI, kt);
+      KT = kt;
+    }
+  }
   return detail::lists_by_query(M, ip.threads, [&](index_t a, index_t b, index_lists& out) {
     out.offsets.reserve(static_cast<std::size_t>(b - a) + 1);
     std::vector<Real> s;
@@ -549,7 +725,8 @@ index_lists csa_select(const cref<Real>& QI, const cref<Real>& W, const cref<Rea
         sp[g] = s.data() + g * nmax;
       }
       if (grouped) {
-        detail::index_key_scores_group<Real, Arch>(qp, wp, m, H, KI.data(), KI.outerStride(), nv, dI, scale, sp);
+        detail::index_key_scores_group<Real, Arch>(qp, wp, m, H, KI.data(), KI.outerStride(), nv, dI, scale, sp,
+                                                   scratch, KT);
       } else {
         indexer_scores<Real, Arch>(qp[0], wp[0], H, KI.data(), KI.outerStride(), nv[0], dI, scale, sp[0], scratch);
       }
