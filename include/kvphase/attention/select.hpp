@@ -312,16 +312,26 @@ inline void index_lanes_scores(const Real* const* qI, const Real* const* w, inde
   for (index_t b0 = 0; b0 < nblocks; b0 += RBmax) {
     const index_t nb = std::min<index_t>(RBmax, nblocks - b0);
     const Real* kt = KT + b0 * dI * L;
+    index_t gn = 0, hn = 0;  // the next pair's query and head
     for (index_t p0 = 0; p0 < P; p0 += RPmax) {
       const index_t np = std::min<index_t>(RPmax, P - p0);
       const Real* q[RPmax];
-      for (index_t p = 0; p < np; ++p) q[p] = qI[(p0 + p) / H] + ((p0 + p) % H) * dI;
+      index_t pg[RPmax], ph[RPmax];
+      for (index_t p = 0; p < np; ++p) {
+        pg[p] = gn;
+        ph[p] = hn;
+        q[p] = qI[gn] + hn * dI;
+        if (++hn == H) {
+          hn = 0;
+          ++gn;
+        }
+      }
       auto fold = [&](auto rb, auto rp) {
         constexpr int RB = decltype(rb)::value, RP = decltype(rp)::value;
         B acc[RB][RP];
         index_lanes_dots<Real, Arch, RB, RP>(kt, dI, q, acc);
         for (int p = 0; p < RP; ++p) {  // pairs in (query, head) order: each query's heads in order
-          const index_t g = (p0 + p) / H, h = (p0 + p) % H;
+          const index_t g = pg[p], h = ph[p];
           const B wv(w[g][h]);
           for (int b = 0; b < RB; ++b) {
             Real* s = sums + (g * RBmax + b) * L;
