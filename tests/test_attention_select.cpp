@@ -260,9 +260,11 @@ TEMPLATE_TEST_CASE("CSA selection keeps the top-k visible entries by indexer sco
 TEMPLATE_TEST_CASE("NSA selection equals the per-query importance and top-n, bit for bit", "[attention][select]",
                    float, double) {
   // nsa_select builds the overlap geometry once per call; per query it must give exactly the
-  // importances of the definition (same products and sums in the same order), so the same blocks
-  // win as nsa_block_importance + nsa_select_blocks per query, ties included. Grids with overlap, an origin, the NSA convention, entries that
-  // straddle selection blocks; probabilities with ties.
+  // importances of the definition (same products, divisions and sums in the same order), so the
+  // same blocks win as nsa_block_importance + nsa_select_blocks per query, ties included. Grids
+  // with overlap, an origin, the NSA convention, entries that straddle selection blocks, strides of
+  // a power of two and not; probabilities with ties, and subnormal ones (where a product with the
+  // stride's reciprocal fused into the sum by an FMA would round differently from the division).
   using Real = TestType;
   const index_t N = 400, M = 23;
   for (cmp::chunk_grid g : {cmp::chunk_grid{.window = 4, .stride = 4}, cmp::chunk_grid{.window = 8, .stride = 4},
@@ -273,6 +275,9 @@ TEMPLATE_TEST_CASE("NSA selection equals the per-query importance and top-n, bit
     matrix_t<Real> P = kt::random_matrix<Real>(M, E, 301u).array().abs().matrix();
     for (index_t i = 0; i < M; i += 3)
       for (index_t e = 0; e < E; ++e) P(i, e) = static_cast<Real>(e % 3);  // ties
+    for (index_t e = 0; e < E; ++e)  // subnormal and near-subnormal terms: the stride's division rounds them
+      P(1, e) = std::numeric_limits<Real>::denorm_min() * static_cast<Real>(e % 7) +
+                std::numeric_limits<Real>::min() * static_cast<Real>(e % 5) / Real(3);
     std::vector<index_t> pos(static_cast<std::size_t>(M));
     for (index_t i = 0; i < M; ++i) pos[static_cast<std::size_t>(i)] = (N - 1) * (i + 1) / M;
     for (auto mapping : {att::block_mapping::overlap, att::block_mapping::eq9}) {
