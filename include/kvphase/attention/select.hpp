@@ -492,6 +492,36 @@ inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real*
 }
 
 namespace detail {
+/// Writes the indices i < n with scores[i] >= floor to out in increasing order; returns their
+/// count. Branch-free (which scores pass is data); on AVX-512 sixteen floats a step, their
+/// passing indices compress-stored (the scalar loop's store and count chain took about a third
+/// of top_k_indices at top-512 of 8192). NaN passes nowhere.  out: [n].
+template <class Real>
+inline index_t indices_at_least(const Real* scores, index_t n, Real floor, index_t* out) noexcept {
+  index_t c = 0, i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<Real, float> && sizeof(index_t) == 8) {
+    const __m512 f = _mm512_set1_ps(floor);
+    __m512i lo = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i eight = _mm512_set1_epi64(8), sixteen = _mm512_set1_epi64(16);
+    for (; i + 16 <= n; i += 16) {
+      const __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(scores + i), f, _CMP_GE_OQ);
+      const auto m0 = static_cast<__mmask8>(m), m1 = static_cast<__mmask8>(m >> 8);
+      _mm512_mask_compressstoreu_epi64(out + c, m0, lo);
+      c += __builtin_popcount(m0);
+      _mm512_mask_compressstoreu_epi64(out + c, m1, _mm512_add_epi64(lo, eight));
+      c += __builtin_popcount(m1);
+      lo = _mm512_add_epi64(lo, sixteen);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    out[c] = i;
+    c += static_cast<index_t>(scores[i] >= floor);
+  }
+  return c;
+}
+
 /// An unsigned key of a float or double that orders as the values do: a < b ⇔ key(a) < key(b),
 /// and a == b ⇔ key(a) == key(b) (−0 and +0 share +0's key). Not for NaN.
 template <class Real>
@@ -545,11 +575,7 @@ inline index_t top_k_indices(const Real* scores, index_t n, index_t k, index_t* 
     const index_t r = std::min<index_t>(samples - 1, (3 * k * samples) / (2 * n) + 8);  // rank from the top
     std::nth_element(smp.begin(), smp.begin() + r, smp.end(), std::greater<Real>());
     const Real floor = smp[static_cast<std::size_t>(r)];
-    index_t c = 0;
-    for (index_t i = 0; i < n; ++i) {  // branch-free: which scores reach the floor is data
-      work[c] = i;
-      c += static_cast<index_t>(scores[i] >= floor);
-    }
+    index_t c = detail::indices_at_least(scores, n, floor, work);
     if (c >= k && 2 * c <= n) {  // the k largest all reach the floor: select among these c
       cand = work;
       nc = c;
