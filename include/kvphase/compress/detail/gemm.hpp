@@ -130,6 +130,23 @@ template <index_t MRt, class Real, class Arch>
   }
 }
 
+/// Whether gemm_rows_fma requests the next row group's slice of A (and its part of C) ahead of
+/// time. It pays where the hardware prefetchers do not follow rows a whole row apart (AMD Zen 5:
+/// V4-CSA's projections 0.63 → 0.69–0.71 of the FMA peak) and costs on Intel cores, whose L2
+/// streamer follows each row's contiguous slice itself and where the burst of requests held up
+/// the kernel (a Xeon with AVX-512, `kvphase-bench compress --preset v4-csa --context 16384 --dim
+/// 4096 --head-dim 512`, three alternating rounds at 1 thread: 0.625–0.638 with it, 0.640–0.672
+/// requesting A only, 0.681–0.701 without; docs/performance.md). Read once per process. Results
+/// do not depend on it.
+inline bool gemm_prefetch_rows() noexcept {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  static const bool on = !__builtin_cpu_is("intel");
+  return on;
+#else
+  return true;
+#endif
+}
+
 /// gemm_rows on a hardware-FMA path (see the file comment): B is packed per block of KC depth ×
 /// `panels` panels into `pack`, and every row group of MR rows (the rest one row at a time)
 /// passes over the block's panels while its KC-slice of A stays in L1.
@@ -161,12 +178,13 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
       }
       const bool first = pc == 0;
       constexpr index_t per_line = 64 / static_cast<index_t>(sizeof(Real));
+      const bool ahead = gemm_prefetch_rows();
       index_t i = 0;
       for (; i + MR <= m; i += MR) {
         // the next row group's KC-slice of A and its part of C, requested now: their rows lie
         // lda and ldc apart (a slice of a 4096-wide row is a few cache lines), which the hardware
-        // prefetchers do not follow, and C is re-read from memory once per depth block
-        for (index_t r = i + MR; r < std::min(m, i + 2 * MR); ++r) {
+        // prefetchers do not follow on every core, and C is re-read from memory once per depth block
+        for (index_t r = i + MR; ahead && r < std::min(m, i + 2 * MR); ++r) {
           for (index_t p = 0; p < kc; p += per_line) __builtin_prefetch(A + r * lda + pc + p);
           if (!first)
             for (index_t j = 0; j < nb; j += per_line) __builtin_prefetch(C + r * ldc + jc + j, 1);
