@@ -378,12 +378,13 @@ struct index_query_scratch {
 /// room for max n), per key and query
 ///   out[g][i] = Σ_{h<H} w[g][h] · max(scale · ⟨qI[g][h], KI[i]⟩, 0), heads added in order,
 /// and on fused-FMA paths from two heads (index_keys_in_lanes) each dot product is the channels
-/// in order, one std::fma each from zero, and each head added by one fused step: keys in lanes, every query of
-/// the group against each transposed key block while it is in L1 (index_lanes_scores). KT: the
+/// in order, one std::fma each from zero, and each head added by one fused step: keys in lanes,
+/// every query of the group against each transposed key block while it is in L1
+/// (index_lanes_scores). KT: the
 /// keys already transposed (transpose_index_keys, at least max n keys) or null (transposed here
 /// into scratch). Elsewhere one simd::dot per key and head (held against blocks of keys where it
-/// can be). A score depends on (Arch, H, dI) and
-/// its inputs only: not on G, on which queries share a call, or on the thread.
+/// can be). A score depends on (Arch, H, dI) and its inputs only: not on G, on which queries
+/// share a call, or on the thread.
 template <class Real, class Arch>
 inline void index_key_scores_group(const Real* const* qI, const Real* const* w, index_t G, index_t H, const Real* KI,
                                    index_t ldk, const index_t* n, index_t dI, Real scale, Real* const* out,
@@ -465,13 +466,14 @@ inline void index_key_scores(const Real* qI, const Real* w, index_t H, const Rea
 /// Two summation orders, each fixed by (Arch, H) alone, so a score never depends on the thread
 /// count or the caller: with many heads (detail::index_heads_packed: from two batches of heads on
 /// fused-FMA paths, from half a batch elsewhere; e.g. V4's 64 heads) the query is packed
-/// channel-major and each key's channel is broadcast against batches of heads (channels summed in order per head, a GEMM-like kernel with no
-/// horizontal sum per head, heads summed across the batch); with few heads the per-key form,
-/// heads summed in order: on fused-FMA paths from two heads keys in lanes (channels in order per head, as the
-/// packed form, against the keys transposed in blocks of a batch; one query's call transposes its
-/// n keys, so many queries over the same keys are cheaper through csa_select, which transposes
-/// them once), elsewhere one SIMD dot product per key and head. `scratch` holds the packed query
-/// or the transposed keys between calls (one per thread).
+/// channel-major and each key's channel is broadcast against batches of heads (channels summed
+/// in order per head, a GEMM-like kernel with no horizontal sum per head, heads summed across
+/// the batch); with few heads the per-key form, heads summed in order: on fused-FMA paths from
+/// two heads keys in lanes (channels in order per head, as in the packed form, against the keys
+/// transposed in blocks of a batch; one query's call transposes its n keys, so many queries over
+/// the same keys are cheaper through csa_select, which transposes them once), elsewhere one SIMD
+/// dot product per key and head. `scratch` holds the packed query or the transposed keys between
+/// calls (one per thread).
 template <class Real, class Arch = simd::default_arch>
 inline void indexer_scores(const Real* qI, const Real* w, index_t H, const Real* KI, index_t ldk, index_t n,
                            index_t dI, Real scale, Real* out, detail::index_query_scratch<Real>& scratch) {

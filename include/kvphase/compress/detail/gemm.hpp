@@ -181,9 +181,9 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
       const bool ahead = gemm_prefetch_rows();
       index_t i = 0;
       for (; i + MR <= m; i += MR) {
-        // the next row group's KC-slice of A and its part of C, requested now: their rows lie
-        // lda and ldc apart (a slice of a 4096-wide row is a few cache lines), which the hardware
-        // prefetchers do not follow on every core, and C is re-read from memory once per depth block
+        // the next row group's KC-slice of A and its part of C, requested now (gemm_prefetch_rows):
+        // their rows lie lda and ldc apart (a slice of a 4096-wide row is a few cache lines), which
+        // not every core's prefetchers follow, and C is re-read from memory once per depth block
         for (index_t r = i + MR; ahead && r < std::min(m, i + 2 * MR); ++r) {
           for (index_t p = 0; p < kc; p += per_line) __builtin_prefetch(A + r * lda + pc + p);
           if (!first)
