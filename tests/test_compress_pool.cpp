@@ -1064,13 +1064,14 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
 
 // On hardware-FMA paths the projections and the MLP run on the library's packed kernel
 // (detail::gemm_rows_fma), where every element of C is one FMA chain over the whole depth from
-// zero: bitwise the scalar std::fma chain, whatever the row count (row groups of 6 and single
-// rows), the depth blocks (k = 300: 128 + 128 + 44) and partial panels (n = 70, 133).
+// zero: bitwise the scalar std::fma chain, whatever the row count (row groups of 6, then tail
+// tiles of 3, 2 and 1 rows: m = 12 … 17), the depth blocks (k = 300: 256 + 44) and partial
+// panels (n = 70, 133).
 template <class Real, class Arch>
 void gemm_is_one_fma_chain_per_element() {
   if constexpr (simd::fused_fma<Arch>()) {
-    for (const index_t n : {index_t(70), index_t(133)}) {
-      const index_t m = 13, k = 300, lda = k + 3, ldb = n + 5, ldc = n + 2;
+    for (const index_t n : {index_t(70), index_t(133)}) for (index_t m = 12; m <= 17; ++m) {
+      const index_t k = 300, lda = k + 3, ldb = n + 5, ldc = n + 2;
       const auto A = random_x<Real>(m, lda, 41);
       const auto B = random_x<Real>(k, ldb, 42);
       std::vector<Real> C(static_cast<std::size_t>(m * ldc), Real(-7)), scratch;
@@ -1086,7 +1087,7 @@ void gemm_is_one_fma_chain_per_element() {
           bad += std::memcmp(&want, &C[static_cast<std::size_t>(i * ldc + j)], sizeof(Real)) != 0;
         }
       }
-      INFO(Arch::name() << " n " << n);
+      INFO(Arch::name() << " n " << n << " m " << m);
       CHECK(bad == 0);
     }
   }

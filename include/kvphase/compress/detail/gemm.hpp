@@ -27,6 +27,7 @@
 /// differently with the loop shape the compiler sees.
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -148,7 +149,7 @@ inline bool gemm_prefetch_rows() noexcept {
 }
 
 /// gemm_rows on a hardware-FMA path (see the file comment): B is packed per block of KC depth ×
-/// `panels` panels into `pack`, and every row group of MR rows (the rest one row at a time)
+/// `panels` panels into `pack`, and every row group of MR rows (the rest in tiles of ≤ 3 rows)
 /// passes over the block's panels while its KC-slice of A stays in L1.
 template <class Real, class Arch>
 void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
@@ -160,7 +161,14 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
     for (index_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, Real(0));
     return;
   }
-  if (pack.size() < static_cast<std::size_t>(KC * NB)) pack.resize(static_cast<std::size_t>(KC * NB));
+  // The panels start on a cache-line boundary. A vector row of a panel (NC·sizeof(Real) bytes, a
+  // multiple of 64 on AVX-512) that straddles two lines is two loads: std::vector's storage of
+  // this size comes from glibc's mmap, 16 bytes past a page, so every B load of the micro-kernel
+  // was split (a Xeon with AVX-512: 0.64 of the FMA peak at every shape, 0.75 aligned;
+  // docs/performance.md). Results do not depend on it.
+  constexpr std::size_t line = 64 / sizeof(Real);
+  if (pack.size() < static_cast<std::size_t>(KC * NB) + line) pack.resize(static_cast<std::size_t>(KC * NB) + line);
+  Real* const packed = pack.data() + (line - reinterpret_cast<std::uintptr_t>(pack.data()) / sizeof(Real) % line) % line;
   for (index_t jc = 0; jc < n; jc += NB) {
     const index_t nb = std::min(NB, n - jc);
     const index_t np = (nb + NC - 1) / NC;
@@ -169,7 +177,7 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
       // panel q holds B[pc … pc + kc) × [jc + q·NC, +NC), row-major, zero past column n
       for (index_t q = 0; q < np; ++q) {
         const index_t j0 = jc + q * NC, w = std::min(NC, n - j0);
-        Real* dst = pack.data() + q * KC * NC;
+        Real* dst = packed + q * KC * NC;
         for (index_t p = 0; p < kc; ++p) {
           const Real* src = B + (pc + p) * ldb + j0;
           std::copy(src, src + w, dst + p * NC);
@@ -191,16 +199,24 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
         }
         for (index_t q = 0; q < np; ++q) {
           const index_t j0 = jc + q * NC;
-          gemm_micro<MR, Real, Arch>(A + i * lda + pc, lda, pack.data() + q * KC * NC, kc, C + i * ldc + j0, ldc,
+          gemm_micro<MR, Real, Arch>(A + i * lda + pc, lda, packed + q * KC * NC, kc, C + i * ldc + j0, ldc,
                                      std::min(NC, n - j0), first);
         }
       }
-      for (; i < m; ++i) {
+      // the last m mod MR rows in tiles of 3, 2 or 1 rows (a one-row tile is load-bound: NR FMAs
+      // per NR + 1 loads); every element is the same one FMA chain whichever tile computes it
+      while (i < m) {
+        const index_t rows = std::min<index_t>(3, m - i);
         for (index_t q = 0; q < np; ++q) {
-          const index_t j0 = jc + q * NC;
-          gemm_micro<1, Real, Arch>(A + i * lda + pc, lda, pack.data() + q * KC * NC, kc, C + i * ldc + j0, ldc,
-                                    std::min(NC, n - j0), first);
+          const index_t j0 = jc + q * NC, w = std::min(NC, n - j0);
+          const Real* a = A + i * lda + pc;
+          const Real* bp = packed + q * KC * NC;
+          Real* c = C + i * ldc + j0;
+          if (rows == 3) gemm_micro<3, Real, Arch>(a, lda, bp, kc, c, ldc, w, first);
+          else if (rows == 2) gemm_micro<2, Real, Arch>(a, lda, bp, kc, c, ldc, w, first);
+          else gemm_micro<1, Real, Arch>(a, lda, bp, kc, c, ldc, w, first);
         }
+        i += rows;
       }
     }
   }
