@@ -286,12 +286,28 @@ std::vector<std::vector<ev>> reference(const kc::operator_spec& s, const kc::poo
             frow.push_back(slot[i] * d + k);
           }
         }
+        // the in-place form (compress/pool.hpp mlp_entries: entries without masked slots on the
+        // hardware-FMA paths) computes X·W1 + (P·W1 + b1) instead of (X + P)·W1 + b1: its terms,
+        // for a bound that covers both forms
+        std::vector<ev> fx, fp;
+        for (std::size_t i = 0; i < n; ++i) {
+          for (index_t k = 0; k < d; ++k) {
+            fx.push_back({at(x, tok[i], k), 0});
+            fp.push_back({p.mlp_pos.size() ? static_cast<LD>(at(p.mlp_pos, slot[i], k)) : LD(0), 0});
+          }
+        }
         std::vector<ev> h;
         const LD lip = p.activation == kc::mlp_activation::relu ? 1 : LD(1.1290);  // max |act'|
         for (index_t j = 0; j < H; ++j) {
           std::vector<ev> w1;
           for (auto r : frow) w1.push_back({at(p.mlp_w1, r, j), 0});
           ev pre = M::dot(f, w1);
+          {
+            const ev bj{p.mlp_b1.size() ? static_cast<LD>(p.mlp_b1[j]) : 0, 0};
+            const ev copied = M::add(pre, bj);
+            const ev in_place = M::add(M::dot(fx, w1), M::add(M::dot(fp, w1), bj));
+            pre.e += std::max<LD>(0, in_place.e + std::fabs(in_place.v - copied.v) - copied.e);
+          }
           // double (scalar path, double Real): bias added and activation evaluated in double, then
           // rounded to Real. float on SIMD paths (compress/pool.hpp mlp_activate): the bias add
           // rounds once (u·|a|, through |act'| ≤ lip); GELU 0.5·v·(1 + erf(t)), t = fl(v·fl(1/√2))
@@ -1103,7 +1119,8 @@ TEST_CASE("compress: the FMA-path GEMM gives every element its scalar FMA chain 
 
 // The SIMD paths compute projections and the MLP with a blocked GEMM (detail/gemm.hpp: the
 // packed FMA kernel, Eigen's on SSE2): depths above the kernel's depth block (d = 1300 > KC)
-// and MLPs of more than one entry tile (550 entries, tiles of 512 at W·d = 64) against the
+// and MLPs of more than one entry tile (1150 entries: tiles of 1024 in the in-place form on
+// hardware-FMA paths, of 1024 in the copied form elsewhere) against the
 // reference, and each row's bits independent of the rows computed with it (one row at a time,
 // any thread count, pieces of a stream).
 TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the reference, rows independent of the split",
@@ -1131,11 +1148,18 @@ TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the r
   {
     const kc::operator_spec s{.grid = {.window = 4, .stride = 2}, .pool = kc::pool_kind::mlp, .rmsnorm = true,
                               .rope = {.anchor = kc::rope_anchor::end, .rope_dim = 0}};
+    // 1150 entries: the MLP's in-place form in two tiles of mlp_tile = 1024 at one thread (its
+    // P·W1 row computed with the first), entry 0 (two masked slots) in the copied form
     const auto p = params_for<double>(s, 16, 0, 0, false, false, true, kc::mlp_activation::gelu);
-    const auto x = random_x<double>(1100, 16, 32);
+    const auto x = random_x<double>(2300, 16, 32);
     simd::for_each_arch([&](auto arch) { check_against_reference<double, decltype(arch)>(s, p, x, 0); });
+    {
+      const auto pf = params_for<float>(s, 16, 0, 0, false, false, true, kc::mlp_activation::gelu);
+      const auto xf = random_x<float>(2300, 16, 32);
+      simd::for_each_arch([&](auto arch) { check_against_reference<float, decltype(arch)>(s, pf, xf, 0); });
+    }
     const auto a = kc::compress(s, p, x, 0, {.threads = 1});
-    REQUIRE(a.rows() == 550);
+    REQUIRE(a.rows() == 1150);
     CHECK(a == kc::compress(s, p, x, 0, {.threads = 2, .stores = kc::store_mode::streaming}));
     CHECK(a == kc::compress(s, p, x, 0, {.threads = 3}));
     kc::compress_stream<double> st(s, p, 16);

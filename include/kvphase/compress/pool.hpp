@@ -1273,27 +1273,98 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
   }
 }
 
-/// The MLP pool on SIMD paths: entries [a, b) of one thread in tiles of T entries, each tile
-/// three passes over cache-resident data: F = the flattened blocks (T × W·d, masked slots zero,
-/// plus the position encoding), H = act(F·W1 + b1) and O = H·W2 + b2 (two GEMMs: every weight is
-/// read once per tile instead of once per entry), then each row's post-processing and store.
-/// Rows are bitwise independent of the tiling and the thread split (detail/gemm.hpp).
+/// Entries per tile of the MLP's in-place form (mlp_entries): W1 is packed once per tile, and a
+/// tile's block of the first layer's output (1024 × 256 values, 1 MiB in float) stays in L2
+/// while the depth blocks accumulate into it.
+inline constexpr index_t mlp_tile = 1024;
+
+/// The MLP's second layer and the rest of a tile of m entries starting at t0: Hm (m × H, the
+/// first layer's product) += bias1 (null: none) and activated, O = Hm·W2 + b2, then each row's
+/// post-processing and store to out (row t − e0).
+template <class Real, class Arch>
+void mlp_finish_tile(const engine<Real, Arch>& eng, index_t t0, index_t m, index_t e0, Real* Hm, const Real* bias1,
+                     Real* O, Real* out, bool nt, std::vector<Real>& pad, double* rc) {
+  const pool_params<Real>& p = *eng.p;
+  const index_t c = eng.c, H = p.mlp_w1.cols();
+  for (index_t i = 0; i < m; ++i) mlp_activate<Real, Arch>(Hm + i * H, bias1, H, p.activation);
+  gemm_rows_on<Real, Arch>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
+  if (p.mlp_b2.size()) {
+    for (index_t i = 0; i < m; ++i)
+      for (index_t k = 0; k < c; ++k) O[i * c + k] += p.mlp_b2[k];
+  }
+  Real* dst = out + (t0 - e0) * c;
+  if (eng.post) {
+    eng.finish_tile(O, m, t0, dst, nt, eng.rope_slot(rc, t0 - e0));
+  } else {
+    for (index_t i = 0; i < m; ++i) eng.copy_row(O + i * c, dst + i * c, nt);
+  }
+}
+
+/// The MLP pool on SIMD paths, entries [a, b) of one thread (x: rows of d values, ldx = d).
+///
+/// Entries whose W slots are all real tokens (every entry of NSA's grid) read their flattened
+/// blocks in place: entry e's block is x's rows sources(e).first … + W − 1, W·d consecutive
+/// values, and consecutive entries' blocks start S·d apart, so the first layer is ONE product
+/// of x viewed as rows S·d apart (lda) with W1, in tiles of mlp_tile entries: W1 is packed once
+/// per tile of 1024 entries (the copied form below repacked it per 256 at d = 4096 and copied
+/// every block: 0.64–0.67 of the FMA peak there, kvphase-bench compress --preset nsa --dim 4096;
+/// docs/performance.md). The position encoding P (mlp_pos, flattened W·d) enters as its own
+/// product P·W1, one more row of the same GEMM (every element one FMA chain, whatever the
+/// split), added with b1: h = act(X·W1 + (P·W1 + b1)). On the hardware-FMA paths.
+///
+/// Entries with masked leading slots, and every entry on the other SIMD paths, go through the
+/// copied form: tiles of T entries, each three passes over cache-resident data: F = the
+/// flattened blocks (T × W·d, masked slots zero, plus the position encoding), H = act(F·W1 +
+/// b1) and O = H·W2 + b2 (every weight read once per tile instead of once per entry).
+///
+/// Either way a row's bits depend only on its entry (and on which form it takes, which depends
+/// only on the entry), not on the tiling or the thread split (detail/gemm.hpp).
 template <class Real, class Arch>
 void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, index_t pos0, index_t a, index_t b,
                  index_t e0, Real* out, bool nt, std::vector<Real>& buf, double* rc = nullptr) {
   const pool_params<Real>& p = *eng.p;
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
+  std::vector<Real> pad;
+  index_t a_direct = b;  // the first entry of the in-place form
+  if constexpr (simd::fused_fma<Arch>()) {
+    if (ldx == d) {
+      a_direct = a;
+      while (a_direct < b && eng.g.sources(a_direct).first < 0) ++a_direct;
+    }
+  }
+  if (a_direct < b) {
+    constexpr index_t T = mlp_tile;
+    const index_t tile = std::min(T, b - a_direct);
+    buf.resize(static_cast<std::size_t>(tile * (H + c) + 2 * H));
+    Real* Hm = buf.data();
+    Real* O = Hm + tile * H;
+    Real* bias1 = O + tile * c;  // P·W1 + b1 (P·W1 alone first)
+    Real* pw = bias1 + H;
+    const bool pos = p.mlp_pos.size() != 0;
+    const index_t lda = eng.S * d;
+    for (index_t t0 = a_direct; t0 < b; t0 += T) {
+      const index_t m = std::min(T, b - t0);
+      const Real* A = x + (eng.g.sources(t0).first - pos0) * d;
+      const bool first_tile = t0 == a_direct;
+      gemm_rows_fma<Real, Arch>(A, lda, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad,
+                                pos && first_tile ? p.mlp_pos.data() : nullptr, pw);
+      if (first_tile) {
+        for (index_t j = 0; j < H; ++j)
+          bias1[j] = (pos ? pw[j] : Real(0)) + (p.mlp_b1.size() ? p.mlp_b1[j] : Real(0));
+      }
+      mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, (pos || p.mlp_b1.size()) ? bias1 : nullptr, O, out, nt, pad, rc);
+    }
+    b = a_direct;
+  }
+  if (a >= b) return;
   // a tile of F holds ≤ 32 Mi values (128 MiB in float), T ≤ 1024 a multiple of the GEMM row group:
-  // the GEMM packs W1 once per tile, so larger tiles amortise it (NSA at d = 512: W1 is 64 MiB,
-  // T = 1024, one tile for 16K tokens; at d = 4096, W1 512 MiB, T = 256: 0.75 of the FMA peak at
-  // 1 thread against 0.66 with T = 128, kvphase-bench compress --preset nsa --dim 4096)
+  // the GEMM packs W1 once per tile, so larger tiles amortise it
   const index_t T = std::clamp<index_t>((index_t(1) << 25) / Wd / row_group * row_group, row_group, 1024);
   const index_t tile = std::min(T, b - a);
   buf.resize(static_cast<std::size_t>(tile * (Wd + H + c)));
   Real* F = buf.data();
   Real* Hm = F + tile * Wd;
   Real* O = Hm + tile * H;
-  std::vector<Real> pad;
   for (index_t t0 = a; t0 < b; t0 += T) {
     const index_t m = std::min(T, b - t0);
     for (index_t i = 0; i < m; ++i) {
@@ -1313,18 +1384,7 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
       }
     }
     gemm_rows_on<Real, Arch>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
-    for (index_t i = 0; i < m; ++i) mlp_activate<Real, Arch>(Hm + i * H, p.mlp_b1.size() ? p.mlp_b1.data() : nullptr, H, p.activation);
-    gemm_rows_on<Real, Arch>(Hm, H, p.mlp_w2.data(), c, m, H, c, O, c, pad);
-    if (p.mlp_b2.size()) {
-      for (index_t i = 0; i < m; ++i)
-        for (index_t k = 0; k < c; ++k) O[i * c + k] += p.mlp_b2[k];
-    }
-    Real* dst = out + (t0 - e0) * c;
-    if (eng.post) {
-      eng.finish_tile(O, m, t0, dst, nt, eng.rope_slot(rc, t0 - e0));
-    } else {
-      for (index_t i = 0; i < m; ++i) eng.copy_row(O + i * c, dst + i * c, nt);
-    }
+    mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, p.mlp_b1.size() ? p.mlp_b1.data() : nullptr, O, out, nt, pad, rc);
   }
 }
 

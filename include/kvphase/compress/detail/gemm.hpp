@@ -151,14 +151,18 @@ inline bool gemm_prefetch_rows() noexcept {
 /// gemm_rows on a hardware-FMA path (see the file comment): B is packed per block of KC depth ×
 /// `panels` panels into `pack`, and every row group of MR rows (the rest in tiles of ≤ 3 rows)
 /// passes over the block's panels while its KC-slice of A stays in L1.
+/// `a_extra` (k values; null: none): one more row of A, kept apart from the others, whose row
+/// of C goes to `c_extra` (n values) — a product that shares B, computed from B's packed blocks
+/// (one more one-row tile per block) instead of reading B again.
 template <class Real, class Arch>
 void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
-                   index_t ldc, std::vector<Real>& pack) {
+                   index_t ldc, std::vector<Real>& pack, const Real* a_extra = nullptr, Real* c_extra = nullptr) {
   using T = gemm_tile<Real, Arch>;
   constexpr index_t MR = T::MR, NC = T::NC, KC = T::KC, NB = T::panels * T::NC;
-  if (m <= 0 || n <= 0) return;
+  if (n <= 0 || (m <= 0 && !a_extra)) return;
   if (k <= 0) {
     for (index_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, Real(0));
+    if (a_extra) std::fill(c_extra, c_extra + n, Real(0));
     return;
   }
   // The panels start on a cache-line boundary. A vector row of a panel (NC·sizeof(Real) bytes, a
@@ -185,6 +189,12 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
         }
       }
       const bool first = pc == 0;
+      if (a_extra) {
+        for (index_t q = 0; q < np; ++q) {
+          const index_t j0 = jc + q * NC;
+          gemm_micro<1, Real, Arch>(a_extra + pc, 0, packed + q * KC * NC, kc, c_extra + j0, 0, std::min(NC, n - j0), first);
+        }
+      }
       constexpr index_t per_line = 64 / static_cast<index_t>(sizeof(Real));
       const bool ahead = gemm_prefetch_rows();
       index_t i = 0;
