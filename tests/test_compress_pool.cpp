@@ -1174,6 +1174,29 @@ TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the r
     }
     CHECK(got == a.rows());
   }
+  {
+    // NSA's grid (no masked slots) with 2 and 3 threads: the MLP's first layer split by columns
+    // (mlp_entries_shared, E ≤ threads·mlp_tile) against the reference on every path, and bit
+    // for bit the entry split's rows (1 thread; 2 threads on 3000 entries, > 2·mlp_tile)
+    const kc::operator_spec s{.grid = {.window = 4, .stride = 2, .convention = kc::grid_convention::nsa},
+                              .pool = kc::pool_kind::mlp};
+    const auto p = params_for<float>(s, 16, 0, 0, false, false, false, kc::mlp_activation::relu);
+    const auto x = random_x<float>(6002, 16, 33);
+    const auto head = x.topRows(1100);
+    for (const int th : {2, 3})
+      simd::for_each_arch([&](auto arch) { check_against_reference<float, decltype(arch)>(s, p, head, 0, {.threads = th}); });
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      const auto one = kc::compress<float, Arch>(s, p, head, 0, {.threads = 1});
+      INFO(Arch::name());
+      CHECK(kc::compress<float, Arch>(s, p, head, 0, {.threads = 2}) == one);
+      CHECK(kc::compress<float, Arch>(s, p, head, 0, {.threads = 3, .stores = kc::store_mode::streaming}) == one);
+      const auto all = kc::compress<float, Arch>(s, p, x, 0, {.threads = 1});
+      REQUIRE(all.rows() == 3000);
+      CHECK(kc::compress<float, Arch>(s, p, x, 0, {.threads = 2}) == all);
+      CHECK(all.topRows(one.rows()) == one);
+    });
+  }
 }
 
 TEST_CASE("compress: per-head parameters and grid offsets", "[compress][pool]") {

@@ -1388,6 +1388,49 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
   }
 }
 
+#if defined(_OPENMP)
+/// The MLP pool's in-place form with the first layer split by columns instead of entries: each
+/// of `threads` threads computes a contiguous range of whole panels of H (its part of X·W1 and
+/// of P·W1) for ALL entries [e0, e0 + E), then, after a barrier, the rest of its own entries
+/// (mlp_finish_tile). Used when every entry fits one tile per thread (E ≤ threads·mlp_tile) and
+/// none has masked slots: split by entries, each thread would stream all of W1 for few entries
+/// (2m FLOP per 4-byte weight); split by columns each streams its share of W1 once. Every value
+/// is the one FMA chain the entry split computes (detail/gemm.hpp), so the bits are the same.
+template <class Real, class Arch>
+void mlp_entries_shared(const engine<Real, Arch>& eng, const Real* x, index_t pos0, index_t e0, index_t E, Real* out,
+                        bool nt, int threads, std::vector<std::vector<Real>>& tiles, double* rc) {
+  const pool_params<Real>& p = *eng.p;
+  const index_t d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = eng.W * d;
+  constexpr index_t NC = gemm_tile<Real, Arch>::NC;
+  std::vector<Real> hm(static_cast<std::size_t>(E * H)), pw(static_cast<std::size_t>(H));
+  const Real* A = x + (eng.g.sources(e0).first - pos0) * d;
+  const bool pos = p.mlp_pos.size() != 0, bias = pos || p.mlp_b1.size();
+#pragma omp parallel num_threads(threads)
+  {
+    const index_t tid = omp_get_thread_num(), n = omp_get_num_threads();
+    const index_t panels = (H + NC - 1) / NC;
+    const index_t h0 = std::min(H, panels * tid / n * NC), h1 = std::min(H, panels * (tid + 1) / n * NC);
+    std::vector<Real> pad;
+    if (h1 > h0)
+      gemm_rows_fma<Real, Arch>(A, eng.S * d, p.mlp_w1.data() + h0, H, E, Wd, h1 - h0, hm.data() + h0, H, pad,
+                                pos ? p.mlp_pos.data() : nullptr, pw.data() + h0);
+#pragma omp barrier
+    const index_t a = E * tid / n, b = E * (tid + 1) / n;
+    if (b > a) {
+      auto& buf = tiles[static_cast<std::size_t>(tid)];
+      buf.resize(static_cast<std::size_t>((b - a) * c + H));
+      Real* O = buf.data();
+      Real* bias1 = O + (b - a) * c;
+      for (index_t j = 0; j < H; ++j)
+        bias1[j] = (pos ? pw[static_cast<std::size_t>(j)] : Real(0)) + (p.mlp_b1.size() ? p.mlp_b1[j] : Real(0));
+      mlp_finish_tile<Real, Arch>(eng, e0 + a, b - a, e0, hm.data() + a * H, bias ? bias1 : nullptr, O, out, nt, pad,
+                                  rc);
+      if (nt) store_fence();
+    }
+  }
+}
+#endif
+
 inline int resolve_threads(const compress_options& o, std::size_t input_bytes) noexcept {
   if (o.threads > 0) return o.threads;
 #if defined(_OPENMP)
@@ -1561,6 +1604,13 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     if (nt_store) store_fence();
   };
 #if defined(_OPENMP)
+  if constexpr (simd::fused_fma<Arch>()) {
+    if (spec.pool == pool_kind::mlp && nt > 1 && E <= nt * mlp_tile && eng.g.sources(e0).first >= 0) {
+      if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
+      mlp_entries_shared<Real, Arch>(eng, x, pos0, e0, E, out, nt_store, nt, tiles, rc);
+      return;
+    }
+  }
   if (nt > 1) {
 #pragma omp parallel num_threads(nt)
     run(omp_get_thread_num(), omp_get_num_threads());
