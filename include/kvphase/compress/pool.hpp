@@ -1278,6 +1278,17 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
 /// while the depth blocks accumulate into it.
 inline constexpr index_t mlp_tile = 1024;
 
+/// The first layer's bias in the in-place form (mlp_entries): bias1 = P·W1 + b1, with pw = P·W1
+/// (ignored when there is no position encoding) and b1 (zero when absent). Returns bias1, or
+/// null when there is neither.
+template <class Real>
+const Real* mlp_in_place_bias(const pool_params<Real>& p, const Real* pw, Real* bias1) noexcept {
+  const bool pos = p.mlp_pos.size() != 0, b1 = p.mlp_b1.size() != 0;
+  if (!pos && !b1) return nullptr;
+  for (index_t j = 0; j < p.mlp_w1.cols(); ++j) bias1[j] = (pos ? pw[j] : Real(0)) + (b1 ? p.mlp_b1[j] : Real(0));
+  return bias1;
+}
+
 /// The MLP's second layer and the rest of a tile of m entries starting at t0: Hm (m × H, the
 /// first layer's product) += bias1 (null: none) and activated, O = Hm·W2 + b2, then each row's
 /// post-processing and store to out (row t − e0).
@@ -1338,21 +1349,18 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
     buf.resize(static_cast<std::size_t>(tile * (H + c) + 2 * H));
     Real* Hm = buf.data();
     Real* O = Hm + tile * H;
-    Real* bias1 = O + tile * c;  // P·W1 + b1 (P·W1 alone first)
-    Real* pw = bias1 + H;
-    const bool pos = p.mlp_pos.size() != 0;
+    Real* pw = O + tile * c;  // P·W1, computed with the first tile
+    Real* bias_buf = pw + H;
+    const Real* bias1 = nullptr;
     const index_t lda = eng.S * d;
     for (index_t t0 = a_direct; t0 < b; t0 += T) {
       const index_t m = std::min(T, b - t0);
       const Real* A = x + (eng.g.sources(t0).first - pos0) * d;
       const bool first_tile = t0 == a_direct;
       gemm_rows_fma<Real, Arch>(A, lda, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad,
-                                pos && first_tile ? p.mlp_pos.data() : nullptr, pw);
-      if (first_tile) {
-        for (index_t j = 0; j < H; ++j)
-          bias1[j] = (pos ? pw[j] : Real(0)) + (p.mlp_b1.size() ? p.mlp_b1[j] : Real(0));
-      }
-      mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, (pos || p.mlp_b1.size()) ? bias1 : nullptr, O, out, nt, pad, rc);
+                                p.mlp_pos.size() && first_tile ? p.mlp_pos.data() : nullptr, pw);
+      if (first_tile) bias1 = mlp_in_place_bias(p, pw, bias_buf);
+      mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, bias1, O, out, nt, pad, rc);
     }
     b = a_direct;
   }
@@ -1404,7 +1412,7 @@ void mlp_entries_shared(const engine<Real, Arch>& eng, const Real* x, index_t po
   constexpr index_t NC = gemm_tile<Real, Arch>::NC;
   std::vector<Real> hm(static_cast<std::size_t>(E * H)), pw(static_cast<std::size_t>(H));
   const Real* A = x + (eng.g.sources(e0).first - pos0) * d;
-  const bool pos = p.mlp_pos.size() != 0, bias = pos || p.mlp_b1.size();
+  const bool pos = p.mlp_pos.size() != 0;
 #pragma omp parallel num_threads(threads)
   {
     const index_t tid = omp_get_thread_num(), n = omp_get_num_threads();
@@ -1420,11 +1428,8 @@ void mlp_entries_shared(const engine<Real, Arch>& eng, const Real* x, index_t po
       auto& buf = tiles[static_cast<std::size_t>(tid)];
       buf.resize(static_cast<std::size_t>((b - a) * c + H));
       Real* O = buf.data();
-      Real* bias1 = O + (b - a) * c;
-      for (index_t j = 0; j < H; ++j)
-        bias1[j] = (pos ? pw[static_cast<std::size_t>(j)] : Real(0)) + (p.mlp_b1.size() ? p.mlp_b1[j] : Real(0));
-      mlp_finish_tile<Real, Arch>(eng, e0 + a, b - a, e0, hm.data() + a * H, bias ? bias1 : nullptr, O, out, nt, pad,
-                                  rc);
+      const Real* bias1 = mlp_in_place_bias(p, pw.data(), O + (b - a) * c);
+      mlp_finish_tile<Real, Arch>(eng, e0 + a, b - a, e0, hm.data() + a * H, bias1, O, out, nt, pad, rc);
       if (nt) store_fence();
     }
   }
