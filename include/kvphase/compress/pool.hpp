@@ -1318,7 +1318,7 @@ void mlp_finish_tile(const engine<Real, Arch>& eng, index_t t0, index_t m, index
 /// values, and consecutive entries' blocks start S·d apart, so the first layer is ONE product
 /// of x viewed as rows S·d apart (lda) with W1, in tiles of mlp_tile entries: W1 is packed once
 /// per tile of 1024 entries (the copied form below repacked it per 256 at d = 4096 and copied
-/// every block: 0.64–0.67 of the FMA peak there, kvphase-bench compress --preset nsa --dim 4096;
+/// every block: 0.63–0.67 of the FMA peak there, kvphase-bench compress --preset nsa --dim 4096;
 /// docs/performance.md). The position encoding P (mlp_pos, flattened W·d) enters as its own
 /// product P·W1, one more row of the same GEMM (every element one FMA chain, whatever the
 /// split), added with b1: h = act(X·W1 + (P·W1 + b1)). On the hardware-FMA paths.
