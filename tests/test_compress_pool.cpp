@@ -1081,12 +1081,14 @@ TEST_CASE("compress: bitwise identical for any thread count and store mode", "[c
 // On hardware-FMA paths the projections and the MLP run on the library's packed kernel
 // (detail::gemm_rows_fma), where every element of C is one FMA chain over the whole depth from
 // zero: bitwise the scalar std::fma chain, whatever the row count (row groups of 6, then tail
-// tiles of 3, 2 and 1 rows: m = 12 … 17), the depth blocks (k = 300: 256 + 44) and partial
-// panels (n = 70, 133).
+// tiles of 3, 2 and 1 rows: m = 12 … 17), the depth blocks (k = 300: 256 + 44), partial
+// panels (n = 70, 133) and a second block of columns (n = one packed block + 37, at m = 13).
 template <class Real, class Arch>
 void gemm_is_one_fma_chain_per_element() {
   if constexpr (simd::fused_fma<Arch>()) {
-    for (const index_t n : {index_t(70), index_t(133)}) for (index_t m = 12; m <= 17; ++m) {
+    const index_t wide = kc::detail::gemm_block_columns<Real, Arch>() + 37;
+    for (const index_t n : {index_t(70), index_t(133), wide}) for (index_t m = 12; m <= 17; ++m) {
+      if (n == wide && m != 13) continue;
       const index_t k = 300, lda = k + 3, ldb = n + 5, ldc = n + 2;
       const auto A = random_x<Real>(m, lda, 41);
       const auto B = random_x<Real>(k, ldb, 42);

@@ -1273,9 +1273,9 @@ inline void project_rows(const Real* x, index_t ldx, index_t n, index_t d, const
   }
 }
 
-/// Entries per tile of the MLP's in-place form (mlp_entries): W1 is packed once per tile, and a
-/// tile's block of the first layer's output (1024 × 256 values, 1 MiB in float) stays in L2
-/// while the depth blocks accumulate into it.
+/// Entries per tile of the MLP's in-place form (mlp_entries): W1 is packed once per tile, and the
+/// depth blocks of each block of W1's columns (detail::gemm_block_columns) accumulate into the
+/// tile's rows of the first layer's output.
 inline constexpr index_t mlp_tile = 1024;
 
 /// The first layer's bias in the in-place form (mlp_entries): bias1 = P·W1 + b1, with pw = P·W1

@@ -31,6 +31,8 @@
 #include <cstring>
 #include <vector>
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 
 #include "kvphase/core/simd.hpp"
@@ -87,9 +89,35 @@ struct gemm_tile {
   static constexpr index_t NR = wide ? 4 : 2;
   static constexpr index_t NC = NR * L;  ///< columns of a packed panel
   static constexpr index_t KC = 256;     ///< depth of a packed block (a panel: KC·NC values, 64 KiB in float on AVX-512)
-  /// panels per packed block: about 256 KiB of B, L2-resident while every row group passes over it
-  static constexpr index_t panels = std::max<index_t>(1, (index_t(256) << 10) / (KC * NC * static_cast<index_t>(sizeof(Real))));
 };
+
+/// Bytes of B in one packed block of gemm_rows_fma: half the core's L2 (at least 256 KiB), so the
+/// block stays L2-resident while every row group passes over it. A is read from memory once per
+/// block of columns, so the block is as wide as the L2 allows: at 256 KiB (256 columns at KC =
+/// 256) the projections of V4's real shape (A = 16384 × 4096 floats, n = 512–1024 columns) read
+/// A two to four times, and the kernel alone ran at 0.72–0.75 of the FMA peak on a Xeon with
+/// AVX-512 and 2 MiB of L2; at 1 MiB, 0.785–0.81 (1.5 MiB: 0.70 at n = 2048, the block no longer
+/// fits beside A's slices; docs/performance.md). Read once per process from the C library
+/// (sysconf; 256 KiB where it does not say). Results do not depend on it: every element of C is
+/// one FMA chain over the whole depth whatever the blocking.
+inline std::size_t gemm_block_bytes() noexcept {
+  static const std::size_t bytes = [] {
+    std::size_t b = std::size_t(256) << 10;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) b = std::max(b, static_cast<std::size_t>(l2) / 2);
+#endif
+    return b;
+  }();
+  return bytes;
+}
+
+/// Columns of B in one packed block of gemm_rows_fma on Arch (whole panels, gemm_block_bytes).
+template <class Real, class Arch>
+index_t gemm_block_columns() noexcept {
+  using T = gemm_tile<Real, Arch>;
+  return std::max<index_t>(1, static_cast<index_t>(gemm_block_bytes() / (T::KC * T::NC * sizeof(Real)))) * T::NC;
+}
 
 /// C[0 … MRt) × [0 … ncols) (ldc) of one panel: acc = (first ? 0 : C); acc = fma(A[i][p], Bp[p], acc)
 /// for p = 0 … kc − 1 in order (A row i at A + i·lda, the panel Bp packed kc × NC); C = acc.
@@ -158,7 +186,8 @@ template <class Real, class Arch>
 void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
                    index_t ldc, std::vector<Real>& pack, const Real* a_extra = nullptr, Real* c_extra = nullptr) {
   using T = gemm_tile<Real, Arch>;
-  constexpr index_t MR = T::MR, NC = T::NC, KC = T::KC, NB = T::panels * T::NC;
+  constexpr index_t MR = T::MR, NC = T::NC, KC = T::KC;
+  const index_t NB = gemm_block_columns<Real, Arch>();
   if (n <= 0 || (m <= 0 && !a_extra)) return;
   if (k <= 0) {
     for (index_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + n, Real(0));
