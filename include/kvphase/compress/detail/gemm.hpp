@@ -98,14 +98,15 @@ struct gemm_tile {
 /// A two to four times, and the kernel alone ran at 0.72–0.75 of the FMA peak on a Xeon with
 /// AVX-512 and 2 MiB of L2; at 1 MiB, 0.785–0.81 (1.5 MiB: 0.70 at n = 2048, the block no longer
 /// fits beside A's slices; docs/performance.md). Read once per process from the C library
-/// (sysconf; 256 KiB where it does not say). Results do not depend on it: every element of C is
-/// one FMA chain over the whole depth whatever the blocking.
+/// (sysconf; 256 KiB where it does not say, at most 4 MiB whatever it says: the pack buffer is
+/// one block per thread). Results do not depend on it: every element of C is one FMA chain over
+/// the whole depth whatever the blocking.
 inline std::size_t gemm_block_bytes() noexcept {
   static const std::size_t bytes = [] {
     std::size_t b = std::size_t(256) << 10;
 #if defined(_SC_LEVEL2_CACHE_SIZE)
     const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (l2 > 0) b = std::max(b, static_cast<std::size_t>(l2) / 2);
+    if (l2 > 0) b = std::clamp(static_cast<std::size_t>(l2) / 2, b, std::size_t(4) << 20);
 #endif
     return b;
   }();
