@@ -63,7 +63,7 @@ if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
       '$<TARGET_FILE:train_lm>' --preset csa,nsa --steps 20 --eval-every 10 ${_kv_lm_argstr} --out a > a.txt
       '$<TARGET_FILE:train_lm>' --preset csa --top-k 2 --indexer-dim 16 --steps 20 --eval-every 10 ${_kv_lm_argstr} --out c > c.txt
       '$<TARGET_FILE:train_lm>' --preset full --steps 60 --eval-every 10 --stop-recall 0.01 ${_kv_lm_argstr} --out b > b.txt
-      grep -q '^# kvphase ' a/lm_phase.csv; grep -q '\"provenance\"' a/lm_summary.json
+      grep -q '^# kvphase ' a/lm_phase.csv; grep -q '\"provenance\"' a/lm_summary.json; grep -q '\"blas\": {' a/lm_summary.json
       grep -q '\"top_k\": 2' c/lm_summary.json; grep -q '\"steps_trained\": 1,' b/lm_summary.json
       test -f a/ckpt_nsa_seed1/model.safetensors
       '$<TARGET_FILE:train_lm>' --load a/ckpt_csa_seed1,a/ckpt_nsa_seed1 --ablate ${_kv_lm_argstr} --out l > l.txt

@@ -6,7 +6,10 @@
 # --with-libtorch installs Debian's libtorch-dev (1.13, CPU; about 510 MB with its dependencies):
 # the build then adds the LM trainer train_lm and its test kvphase_tests_lm (KVPHASE_WITH_TORCH
 # AUTO, cmake/kvphase_torch.cmake). CI does not install it: its two TUs cost about 1 CPU-minute
-# and 2 GB each to compile.
+# and 2 GB each to compile. With it comes libopenblas0-openmp: libtorch's products go through the
+# system's libblas.so.3, which Debian points at the reference BLAS unless another is installed,
+# and train_lm ran 8x slower there (kvphase/lm/blas.hpp). Installing it makes OpenBLAS the
+# system-wide libblas.so.3 / liblapack.so.3 (update-alternatives), numpy's included.
 set -euo pipefail
 
 with_torch=0
@@ -29,7 +32,7 @@ packages=(
   slurm-wlm munge openmpi-bin
 )
 if [ "$with_torch" -eq 1 ]; then packages+=(python3-torch); fi
-if [ "$with_libtorch" -eq 1 ]; then packages+=(libtorch-dev); fi
+if [ "$with_libtorch" -eq 1 ]; then packages+=(libtorch-dev libopenblas0-openmp); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -29,7 +29,9 @@
 // outcome, the attention mass on the entries or tokens holding the query's key and value),
 // lm_summary.json (per run: period and uniformity tests,
 // speed), all with provenance, and one checkpoint directory per run
-// (ckpt_<preset>_seed<k>/model.safetensors + config.json) that kvphase-inspect reads.
+// (ckpt_<preset>_seed<k>/model.safetensors + config.json) that kvphase-inspect reads. The
+// provenance names the BLAS libtorch's products ran on (lm/blas.hpp): it sets the speed (the
+// reference BLAS is about 8x slower than OpenBLAS) and the last bits.
 //
 // --load DIR[,DIR…] evaluates stored checkpoints instead of training (lm::load_checkpoint): each
 // model comes from its directory, the evaluation sequences from the data flags and --seed (the
@@ -49,6 +51,7 @@
 #include "kvphase/io/fields_json.hpp"
 #include "kvphase/io/provenance.hpp"
 #include "kvphase/io/safetensors.hpp"
+#include "kvphase/lm/blas.hpp"
 #include "kvphase/lm/checkpoint.hpp"
 #include "kvphase/lm/data.hpp"
 #include "kvphase/lm/model.hpp"
@@ -268,6 +271,13 @@ int main(int argc, char** argv) {
     }
 
     const double peak = bench::fma_peak_gflops_per_cpu_second<float>(tc.threads);
+    // the BLAS of libtorch's products sets the speed and the last bits (lm/blas.hpp)
+    const lm::blas_info blas = lm::blas_backend();
+    if (blas.name == "reference" && names.size() > 0)
+      std::cerr << "train_lm: note: matrix products run on the reference BLAS (" << blas.library
+                << "), about 8x slower than OpenBLAS here; Debian's libopenblas0-openmp replaces it "
+                   "(scripts/setup.sh --with-libtorch installs it). Results differ between the two in the "
+                   "last bits.\n";
     std::vector<run_record> runs;
     // after a run's model is trained or loaded: its tests, ablations and readout
     auto finish_run = [&](run_record& rec, lm::lm& model) {
@@ -339,6 +349,7 @@ int main(int argc, char** argv) {
     cfg["data"] = io::fields_to_json(data);
     cfg["train"] = io::fields_to_json(tc);
     cfg["gate_entropy"] = gate_entropy;
+    cfg["blas"] = {{"name", blas.name}, {"library", blas.library}, {"config", blas.config}};
     // every preset's own field lists (model and training), so a row's preset names its config
     for (const auto& n : names) {
       const auto pc = preset(n, base, gate_entropy, over);

@@ -16,6 +16,7 @@
 #include "kvphase/attention/select.hpp"
 #include "kvphase/compress/checkpoint.hpp"
 #include "kvphase/compress/pool.hpp"
+#include "kvphase/lm/blas.hpp"
 #include "kvphase/lm/checkpoint.hpp"
 #include "kvphase/lm/data.hpp"
 #include "kvphase/lm/model.hpp"
@@ -113,6 +114,20 @@ double compressor_tolerance(lm::compressor& comp, const torch::Tensor& x, const 
   return 2.0 * gamma * (1.0 + zmax) * omax * std::sqrt(static_cast<double>(cfg.head_dim));
 }
 }  // namespace
+
+// The BLAS named in train_lm's provenance is the library whose sgemm_ libtorch's products call:
+// it is loaded (libtorch needs it), and a product through torch runs on it.
+TEST_CASE("lm blas_backend names the library that provides sgemm_", "[lm]") {
+  const torch::Tensor a = torch::ones({32, 32});
+  REQUIRE(a.mm(a)[0][0].item<float>() == 32.0f);
+  const auto b = kvphase::lm::blas_backend();
+  INFO(b.name << " | " << b.library << " | " << b.config);
+  REQUIRE(!b.library.empty());
+  REQUIRE(std::filesystem::exists(b.library));
+  const bool known = b.name == "openblas" || b.name == "blis" || b.name == "reference" || b.name == "unknown";
+  REQUIRE(known);
+  REQUIRE((b.name == "openblas") == (b.config.rfind("OpenBLAS", 0) == 0));
+}
 
 TEST_CASE("lm compressor equals compress:: on the same weights", "[lm]") {
   torch::manual_seed(7);
