@@ -27,7 +27,12 @@ every group, are then shown as "-").
 A run ended early by train_lm --stop-recall is labelled "(stopped at step N of M)".
 --fold F: fold the ablation tables mod F instead of 8 (e.g. 16 for per-head grids of stride 16,
 whose heads split pairs at different positions mod 16 but the same mod 8); the gate slot profiles'
-stability over the last half of training is printed after them.
+stability over the last half of training is printed after them. For a run with two per-head
+grids (train_lm's shift_heads, 2 heads, W = S) that has head ablations and gate profiles (a
+`train_lm --load … --ablate` directory has the loaded model's profiles at step 0), a last table
+links heads, gates and phases: per layer and head g, with the other head knocked out, g's recall
+by the slot of its own grid that holds the pair's key, against g's gate weight on the pair's two
+slots; Spearman's rho over the slots and its one-sided permutation p (exact up to 7 slots).
 --edges: for runs with at least 16 groups, the misses at the last three key positions that have
 queries and at all the others.
 With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
@@ -280,6 +285,103 @@ def gate_stability(runs):
             mx = max(abs(w[(st, k)] - w[(last, k)]) for st in steps for k in slots)
             print(f"| {r['preset']} seed {r['seed']} | {l} | {h} | {steps[0]}-{last} | {mx:.4f} | "
                   f"{top[last][0]}, {top[last][1]} | {'yes' if len(set(top.values())) == 1 else 'no'} |")
+
+
+def spearman(x, y):
+    """Spearman's rho of two equal-length sequences (average ranks for ties)."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return r
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else float("nan")
+
+
+def spearman_p(x, y, B=9999, seed=1):
+    """One-sided permutation p of rho(x, y) >= the observed: exact over every order of y when
+    there are at most 7! of them, else B seeded random orders, (1 + #{rho* >= rho}) / (B + 1)."""
+    import itertools
+    import random
+    rho = spearman(x, y)
+    if math.isnan(rho):
+        return rho, float("nan")
+    if math.factorial(len(y)) <= 5040:
+        perms = list(itertools.permutations(y))
+        return rho, sum(1 for q in perms if spearman(x, q) >= rho - 1e-12) / len(perms)
+    rng = random.Random(seed)
+    yy = list(y)
+    ge = 0
+    for _ in range(B):
+        rng.shuffle(yy)
+        ge += spearman(x, yy) >= rho - 1e-12
+    return rho, (1 + ge) / (B + 1)
+
+
+def head_gate_link(runs, B):
+    """Runs with two per-head grids (shift_heads, 2 heads, W = S) that have head ablations and
+    gate slot profiles: per layer and head g, with the other head knocked out, g's recall by the
+    slot of its own grid that holds the pair's key (s = 0 … W_h − 2, where the pair (key at the
+    group's position, value next) lies whole in one entry of g's grid), against g's gate weight on
+    those two slots (w[s] + w[s + 1], the profile of the last snapshot); Spearman's rho over the
+    slots with its one-sided permutation p."""
+    rows = []
+    for r in runs:
+        m = r["model"]
+        if not (m.get("shift_heads") and int(m["heads"]) == 2 and int(m["window"]) == int(m["stride"])):
+            continue
+        prof = [x for x in r["history"] if x["slot"] != "" and x.get("head", "all") != "all"]
+        if not prof or not r["ablation"]:
+            continue
+        last = max(int(x["step"]) for x in prof)
+        H, S = 2, int(m["stride"])
+        Sh = H * S
+        L = len(str(m["schedule"]).split(","))
+        M = len(r["summary"]["trials"])
+        if M % Sh:
+            continue
+        for l in sorted({int(x["layer"]) for x in prof}):
+            lo = (int(m["origin"]) + (l * S // L if m.get("shift_layers") else 0)) % S
+            for g in range(H):
+                w = {int(x["slot"]): float(x["slot_weight"]) for x in prof
+                     if int(x["step"]) == last and int(x["layer"]) == l and int(x["head"]) == g}
+                other = str(1 - g)
+                abl = [x for x in r["ablation"] if int(x["layer"]) == l and x["head"] == other]
+                if len(w) != Sh or not abl:
+                    continue
+                origin = lo + g * S
+                hits, trials = [0] * Sh, [0] * Sh
+                for x in abl:
+                    sl = (int(x["group"]) - origin) % Sh
+                    hits[sl] += int(x["hits"])
+                    trials[sl] += int(x["trials"])
+                slots = [k for k in range(Sh - 1) if trials[k] > 0]
+                pw = [w[k] + w[k + 1] for k in slots]
+                rec = [hits[k] / trials[k] for k in slots]
+                rho, p = spearman_p(pw, rec, B)
+                rows.append((r, l, g, pw, rec, rho, p, hits[Sh - 1], trials[Sh - 1]))
+    if not rows:
+        return
+    print("\nGates and heads (two per-head grids; head g alone = the other head knocked out; s = the slot of "
+          "g's grid holding the pair's key, s = 0 … W_h − 2; gate weight on the pair = w[s] + w[s + 1] at the "
+          "last snapshot; rho: Spearman over the slots, p: one-sided permutation):\n")
+    print("| run | layer | head alone | gate weight on the pair, s = 0 … | recall alone, s = 0 … | split (last slot) | rho | p |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r, l, g, pw, rec, rho, p, hs, ts in rows:
+        split = f"{hs / ts:.3f}" if ts else "-"
+        print(f"| {r['preset']} seed {r['seed']} | {l} | {g} | {' '.join(f'{v:.3f}' for v in pw)} | "
+              f"{' '.join(f'{v:.3f}' for v in rec)} | {split} | {rho:.3f} | {fmt_p(p)} |")
 
 
 T_Q = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
@@ -622,6 +724,7 @@ def main(argv):
             edge_table(runs)
         ablation_tables(runs, a.permutations, a.fold)
         gate_stability(runs)
+        head_gate_link(runs, a.permutations)
         if a.figs:
             figures(runs, a.figs)
     except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError) as e:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks scripts/lm_report.py on two small train_lm runs stored in tests/data/lm_runs (run by ctest):
+"""Checks scripts/lm_report.py on three small train_lm runs stored in tests/data/lm_runs (run by ctest):
 
     lm_report_check.py <scripts dir> <data dir> <output dir>
 
@@ -15,8 +15,13 @@ Checks, against numbers recomputed here from the files:
   (recomputed here), and refuses (exit 2) runs without that file;
 - --figs writes the three figures (when matplotlib is present);
 - bad options and bad files exit 2 with a message naming the option or the file;
-- a seeded mutation fuzz of the files (JSON values replaced, CSV bytes flipped, cut or inserted):
-  lm_report either reports (exit 0) or refuses (exit 2), never a traceback.
+- the gates-and-heads table of a run with two per-head grids (tests/data/lm_runs/heads, written by
+  train_lm --preset shifted-heads --seeds 1 --steps 60 --eval-every 20 --ablate --eval 256 and the
+  data flags above): recall by slot with the other head knocked out, the gate weight on the pair's
+  two slots, Spearman's rho and its exact permutation p, all recomputed here;
+- a seeded mutation fuzz of the files (JSON values replaced, CSV bytes flipped, cut or inserted),
+  of the csa run and of the per-head-grid run: lm_report either reports (exit 0) or refuses
+  (exit 2), never a traceback.
 Exits 77 (skipped) when numpy is missing.
 """
 import contextlib
@@ -111,6 +116,66 @@ for k, a in want.items():
 rc, text, err = run(runs[1], "--readout")
 check(rc == 2 and "lm_readout.csv" in err, f"--readout without lm_readout.csv exits 2 naming the file (got {rc}: {err})")
 
+# ---- gates and heads: a run with two per-head grids, recomputed from its files ----
+heads = os.path.join(data, "heads")
+rc, text, err = run(heads, "--permutations", "199")
+check(rc == 0, f"the per-head-grid run's tables exit 0 (got {rc}: {err})")
+hs = json.load(open(os.path.join(heads, "lm_summary.json")))["runs"][0]
+hm = hs["model"]
+S, Sh = hm["stride"], 2 * hm["stride"]
+nl = len(hm["schedule"].split(","))
+hist = [x for x in csv.DictReader(ln for ln in open(os.path.join(heads, "lm_history.csv")) if not ln.startswith("#"))
+        if x["slot"] != ""]
+abl = list(csv.DictReader(ln for ln in open(os.path.join(heads, "lm_ablation.csv")) if not ln.startswith("#")))
+last = max(int(x["step"]) for x in hist)
+
+
+def avg_ranks(v):
+    pos = {}
+    for i, x in enumerate(sorted(v)):
+        pos.setdefault(x, []).append(i)
+    return [sum(pos[x]) / len(pos[x]) for x in v]
+
+
+def rho_of(x, y):
+    import numpy as np
+    return float(np.corrcoef(avg_ranks(x), avg_ranks(y))[0, 1])
+
+
+linked = [ln for ln in text.splitlines() if ln.startswith(f"| {hs['preset']} seed {hs['seed']} | ") and ln.count("|") == 9]
+check(len(linked) == 2 * nl, f"one gates-and-heads row per layer and head ({2 * nl}; got {len(linked)})")
+for l in range(nl):
+    origin0 = (hm["origin"] + (l * S // nl if hm["shift_layers"] else 0)) % S
+    for g in (0, 1):
+        w = [0.0] * Sh
+        for x in hist:
+            if int(x["step"]) == last and int(x["layer"]) == l and x["head"] == str(g):
+                w[int(x["slot"])] = float(x["slot_weight"])
+        h, t = [0] * Sh, [0] * Sh
+        for x in abl:
+            if int(x["layer"]) == l and x["head"] == str(1 - g):
+                k = (int(x["group"]) - origin0 - g * S) % Sh
+                h[k] += int(x["hits"])
+                t[k] += int(x["trials"])
+        ks = [k for k in range(Sh - 1) if t[k]]
+        pw = [w[k] + w[k + 1] for k in ks]
+        rec = [h[k] / t[k] for k in ks]
+        rho = rho_of(pw, rec)
+        import itertools
+        perms = list(itertools.permutations(rec))
+        pv = sum(rho_of(pw, q) >= rho - 1e-12 for q in perms) / len(perms)
+        row = [ln for ln in linked if ln.startswith(f"| {hs['preset']} seed {hs['seed']} | {l} | {g} | ")]
+        check(len(row) == 1, f"a gates-and-heads row for layer {l} head {g}")
+        if row:
+            cells = [c.strip() for c in row[0].split("|")[1:-1]]
+            check(cells[3] == " ".join(f"{v:.3f}" for v in pw), f"layer {l} head {g}: pair weights {pw} (row {cells[3]})")
+            check(cells[4] == " ".join(f"{v:.3f}" for v in rec), f"layer {l} head {g}: recall by slot {rec} (row {cells[4]})")
+            check(cells[5] == f"{h[Sh - 1] / t[Sh - 1]:.3f}", f"layer {l} head {g}: split-slot recall (row {cells[5]})")
+            check(cells[6] == f"{rho:.3f}", f"layer {l} head {g}: rho {rho:.3f} (row {cells[6]})")
+            check(cells[7] == lm_report.fmt_p(pv), f"layer {l} head {g}: p {pv} (row {cells[7]})")
+rc, text, err = run(runs[0], "--permutations", "19")
+check("Gates and heads" not in text, "no gates-and-heads table for a run with one grid per layer")
+
 # ---- --mitigation: learned iff eval loss + 5 SE < ln(values) ----
 rc, text, err = run(*runs, "--mitigation", "--permutations", "199")
 check(rc == 0, f"--mitigation exits 0 (got {rc}: {err})")
@@ -179,9 +244,6 @@ check(rc == 2 and "lm_summary.json" in err and "0 <= hits <= trials" in err,
       f"hits above trials: exit 2 naming the file and the rule (got {rc}: {err.strip()})")
 
 # ---- mutation fuzz: report or refuse, never a traceback ----
-rng = random.Random(1)
-base = {f: open(os.path.join(runs[0], f), "rb").read() for f in os.listdir(runs[0])}
-summary0 = json.loads(base["lm_summary.json"])
 junk = [None, -1, 0, 1, 2.5, 1e308, float("nan"), "", "x", True, [], {}, [1, 2], {"a": 1}, 10 ** 30]
 
 
@@ -195,55 +257,64 @@ def paths(v, prefix=()):
             yield from paths(x, prefix + (i,))
 
 
-all_paths = [p for p in paths(summary0) if p]
-cases = 0
-outcomes = {}
-for i in range(1000):
-    files = dict(base)
-    kind = rng.randrange(3)
-    if kind == 0:  # a JSON value replaced by one of another type or range
-        s = copy.deepcopy(summary0)
-        p = rng.choice(all_paths)
-        tgt = s
-        for k in p[:-1]:
-            tgt = tgt[k]
-        tgt[p[-1]] = rng.choice(junk)
-        files["lm_summary.json"] = json.dumps(s, allow_nan=True).encode()
-        what = f"summary {p} -> {tgt[p[-1]]!r}"
-    else:  # bytes of one CSV (or the JSON) flipped, cut or inserted
-        f = rng.choice(sorted(files))
-        b = bytearray(files[f])
-        for _ in range(rng.randint(1, 4)):
-            j = rng.randrange(len(b))
-            op = rng.randrange(3)
-            if op == 0:
-                b[j] = rng.randrange(256)
-            elif op == 1:
-                del b[j:j + rng.randint(1, 64)]
-            else:
-                b[j:j] = rng.choice([b",", b"\n", b"-", b"nan", b"\"", b"9999999", b"#"])
-        files[f] = bytes(b)
-        what = f"bytes of {f}"
-    d = os.path.join(out, "fuzz")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    for f, b in files.items():
-        open(os.path.join(d, f), "wb").write(b)
-    args = ["lm_report.py", d, "--permutations", "9"] + [["--edges"], ["--mitigation"], ["--readout"]][i % 3]
-    sink = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            rc = lm_report.main(args)
-    except SystemExit as e:
-        rc = e.code
-    except Exception as e:  # a traceback: the defect this fuzz looks for
-        rc = f"{type(e).__name__}: {e}"
-    check(rc in (0, 2), f"fuzz case {i} ({what}): exit 0 or 2, got {rc}")
-    cases += 1
-    outcomes[rc if rc in (0, 2) else "other"] = outcomes.get(rc if rc in (0, 2) else "other", 0) + 1
-print(f"lm_report_check: {cases} fuzz cases: {outcomes.get(0, 0)} reported, {outcomes.get(2, 0)} refused")
-# most mutations leave a readable file: the fuzz must reach the tables, not stop at the loader
-check(outcomes.get(0, 0) >= cases // 4, "at least a quarter of the fuzz cases reach the tables")
+def fuzz(src, n, modes, seed):
+    """n seeded mutations of the run in src, each reported by lm_report with one of `modes` (extra
+    flags, in turn): every case must exit 0 or 2, and at least a quarter must reach the tables."""
+    rng = random.Random(seed)
+    base = {f: open(os.path.join(src, f), "rb").read() for f in os.listdir(src)}
+    summary0 = json.loads(base["lm_summary.json"])
+    all_paths = [p for p in paths(summary0) if p]
+    outcomes = {}
+    for i in range(n):
+        files = dict(base)
+        kind = rng.randrange(3)
+        if kind == 0:  # a JSON value replaced by one of another type or range
+            s = copy.deepcopy(summary0)
+            p = rng.choice(all_paths)
+            tgt = s
+            for k in p[:-1]:
+                tgt = tgt[k]
+            tgt[p[-1]] = rng.choice(junk)
+            files["lm_summary.json"] = json.dumps(s, allow_nan=True).encode()
+            what = f"summary {p} -> {tgt[p[-1]]!r}"
+        else:  # bytes of one CSV (or the JSON) flipped, cut or inserted
+            f = rng.choice(sorted(files))
+            b = bytearray(files[f])
+            for _ in range(rng.randint(1, 4)):
+                j = rng.randrange(len(b))
+                op = rng.randrange(3)
+                if op == 0:
+                    b[j] = rng.randrange(256)
+                elif op == 1:
+                    del b[j:j + rng.randint(1, 64)]
+                else:
+                    b[j:j] = rng.choice([b",", b"\n", b"-", b"nan", b"\"", b"9999999", b"#"])
+            files[f] = bytes(b)
+            what = f"bytes of {f}"
+        d = os.path.join(out, "fuzz")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for f, b in files.items():
+            open(os.path.join(d, f), "wb").write(b)
+        args = ["lm_report.py", d, "--permutations", "9"] + modes[i % len(modes)]
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                rc = lm_report.main(args)
+        except SystemExit as e:
+            rc = e.code
+        except Exception as e:  # a traceback: the defect this fuzz looks for
+            rc = f"{type(e).__name__}: {e}"
+        check(rc in (0, 2), f"fuzz case {i} of {os.path.basename(src)} ({what}): exit 0 or 2, got {rc}")
+        outcomes[rc if rc in (0, 2) else "other"] = outcomes.get(rc if rc in (0, 2) else "other", 0) + 1
+    print(f"lm_report_check: {n} fuzz cases of {os.path.basename(src)}: {outcomes.get(0, 0)} reported, "
+          f"{outcomes.get(2, 0)} refused")
+    # most mutations leave a readable file: the fuzz must reach the tables, not stop at the loader
+    check(outcomes.get(0, 0) >= n // 4, f"at least a quarter of the fuzz cases of {os.path.basename(src)} reach the tables")
+
+
+fuzz(runs[0], 1000, [["--edges"], ["--mitigation"], ["--readout"]], 1)
+fuzz(heads, 300, [[]], 2)  # the gates-and-heads table (default tables of a per-head-grid run)
 
 if failures:
     print(f"lm_report_check: {len(failures)} failures")

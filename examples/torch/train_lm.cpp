@@ -36,7 +36,8 @@
 // --load DIR[,DIR…] evaluates stored checkpoints instead of training (lm::load_checkpoint): each
 // model comes from its directory, the evaluation sequences from the data flags and --seed (the
 // run's seed reproduces its evaluation), and --ablate / --readout apply; the rows name the
-// directory as their preset. The flags that shape or train a model are refused with it.
+// directory as their preset, and lm_history.csv holds one row set at step 0: the evaluation and
+// the model's gate slot profiles. The flags that shape or train a model are refused with it.
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -308,6 +309,10 @@ int main(int argc, char** argv) {
       rec.train = tc;
       rec.train.steps = 0;
       rec.r.eval = lm::evaluate(model, data, tc.data_seed_for(rec.seed), tc.eval_sequences);
+      // one snapshot, step 0: the loaded model's evaluation and gate slot profiles (lm_history.csv),
+      // so that its ablation can be read against its gates (scripts/lm_report.py)
+      rec.r.history.push_back({.step = 0, .eval_loss = rec.r.eval.mean_loss(), .eval_recall = rec.r.eval.mean_recall(),
+                               .slot_profile = lm::slot_profiles(model)});
       finish_run(rec, model);
       runs.push_back(std::move(rec));
     }
