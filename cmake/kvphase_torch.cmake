@@ -48,7 +48,8 @@ endif()
 
 # train_lm end to end on a tiny setting (seconds): csa with the indexer, nsa, and a full twin
 # stopped at a recall; its outputs carry provenance and scripts/lm_report.py reads them; --load of
-# the saved checkpoints evaluates them again to the same rows. Bad values exit 2 naming the field.
+# the saved checkpoints evaluates them again to the same rows and records the same gate profiles
+# as the run's last snapshot. Bad values exit 2 naming the field.
 if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   set(_kv_lm_out ${PROJECT_BINARY_DIR}/examples/train_lm_quick)
@@ -70,6 +71,9 @@ if(KVPHASE_BUILD_EXAMPLES AND KVPHASE_BUILD_TESTS)
       grep -v '^#' a/lm_phase.csv | grep '^csa,' | cut -d, -f2- > a.rows
       grep -v '^#' l/lm_phase.csv | grep '^ckpt_csa_seed1,' | cut -d, -f2- > l.rows
       test -s a.rows; cmp a.rows l.rows; grep -q '^ckpt_nsa_seed1,' l/lm_ablation.csv
+      grep -v '^#' a/lm_history.csv | grep '^csa,1,20,' | cut -d, -f8- > ah.rows
+      grep -v '^#' l/lm_history.csv | grep '^ckpt_csa_seed1,1,0,' | cut -d, -f8- > lh.rows
+      test -s ah.rows; cmp ah.rows lh.rows
       rc=0; '$<TARGET_FILE:train_lm>' --load a/ckpt_csa_seed1 --preset csa ${_kv_lm_argstr} --out x 2> x.err || rc=$?
       test $rc -eq 2; grep -q 'excludes' x.err
       ${_kv_lm_report}
