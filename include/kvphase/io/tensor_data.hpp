@@ -288,7 +288,13 @@ inline void encode_elements(const T* src, std::size_t n, tensor_dtype dt, std::v
   const std::size_t sz = dtype_size(dt), at = out.size();
   out.resize(at + n * sz);
   std::byte* p = out.data() + at;
-  auto put = [&](std::size_t i, auto v) { std::memcpy(p + i * sz, &v, sz); };
+  // each case stores a value whose type is dt's width, so sizeof(v) == sz (copying sz bytes
+  // from &v let the compiler see a read past a 1- or 2-byte value on paths it cannot rule out)
+  auto put = [&](std::size_t i, auto v) {
+    static_assert(std::is_trivially_copyable_v<decltype(v)>);
+    KVPHASE_ASSERT(sizeof(v) == sz);
+    std::memcpy(p + i * sz, &v, sizeof(v));
+  };
   auto whole = [&](double v, double lo, double hi) {
     if (!(std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi))
       fail(what, v, std::string("must be an integer in the range of ") + to_string(dt));
