@@ -2,7 +2,7 @@
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
     scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges] [--fold F]
-    scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--drop G,G,...]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--drop G,G,...] [--figs FIG_DIR]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
 optionally lm_ablation.csv). Prints, as Markdown:
@@ -35,7 +35,8 @@ by the slot of its own grid that holds the pair's key, against g's gate weight o
 slots; Spearman's rho over the slots and its one-sided permutation p (exact up to 7 slots).
 --edges: for runs with at least 16 groups, the misses at the last three key positions that have
 queries and at all the others.
-With --figs: lm_phase.png (recall per phase group, every run), lm_gates.png (gate slot profile
+With --figs: lm_phase.png (recall per phase group, every run), lm_curves.png (eval loss and
+eval recall by training step, a column per preset, a line per run), lm_gates.png (gate slot profile
 of each compressed layer over training, first run with profiles), lm_ablation.png (recall drop
 per knocked-out head or layer by key position mod 8, first run with lm_ablation.csv).
 --mitigation: instead of the tables above, the mitigation comparison. Phase = key position mod
@@ -517,6 +518,29 @@ def figures(runs, figs):
     fig.savefig(os.path.join(figs, "lm_phase.png"), dpi=110)
     plt.close(fig)
 
+    # training curves: eval loss (log scale) and eval recall by step, a column per preset and a line
+    # per seed (how a run that does not learn is reported: its curve, not only its end point)
+    fig, axes = plt.subplots(2, len(presets), figsize=(2.8 * len(presets), 4.6), sharex="col", squeeze=False)
+    for j, p in enumerate(presets):
+        for r in [x for x in runs if x["preset"] == p]:
+            snaps = sorted({(int(x["step"]), float(x["eval_loss"]), float(x["eval_recall"])) for x in r["history"]})
+            if not snaps:
+                continue
+            steps = [a for a, _, _ in snaps]
+            lab = f"seed {r['seed']}, {steps[-1]} steps"
+            axes[0][j].plot(steps, [b for _, b, _ in snaps], marker=".", label=lab)
+            axes[1][j].plot(steps, [c for _, _, c in snaps], marker=".", label=lab)
+        axes[0][j].set_title(p)
+        axes[0][j].set_yscale("log")
+        axes[1][j].set_ylim(0.0, 1.02)
+        axes[1][j].set_xlabel("training step")
+        axes[0][j].legend(fontsize=6)
+    axes[0][0].set_ylabel("eval loss")
+    axes[1][0].set_ylabel("eval recall")
+    fig.tight_layout()
+    fig.savefig(os.path.join(figs, "lm_curves.png"), dpi=110)
+    plt.close(fig)
+
     withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
     if withprof:
         r = withprof[0]
@@ -711,6 +735,8 @@ def main(argv):
     try:
         if a.mitigation:
             mitigation_tables(runs, a.permutations, a.phase_mod, a.drop)
+            if a.figs:
+                figures(runs, a.figs)
             return 0
         if a.readout:
             try:

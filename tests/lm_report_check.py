@@ -13,7 +13,7 @@ Checks, against numbers recomputed here from the files:
 - --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values);
 - --readout gives, per layer, head, phase and outcome, the query-weighted means of lm_readout.csv
   (recomputed here), and refuses (exit 2) runs without that file;
-- --figs writes the three figures (when matplotlib is present);
+- --figs writes the four figures (when matplotlib is present);
 - bad options and bad files exit 2 with a message naming the option or the file;
 - the gates-and-heads table of a run with two per-head grids (tests/data/lm_runs/heads, written by
   train_lm --preset shifted-heads --seeds 1 --steps 60 --eval-every 20 --ablate --eval 256 and the
@@ -201,7 +201,7 @@ except ImportError:
 if have_mpl:
     rc, text, err = run(*runs, "--permutations", "19", "--figs", figs)
     check(rc == 0, f"--figs exits 0 (got {rc}: {err})")
-    for f in ("lm_phase.png", "lm_gates.png", "lm_ablation.png"):
+    for f in ("lm_phase.png", "lm_curves.png", "lm_gates.png", "lm_ablation.png"):
         p = os.path.join(figs, f)
         check(os.path.exists(p) and os.path.getsize(p) > 1000, f"figure {f} written")
 
