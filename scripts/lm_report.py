@@ -264,14 +264,16 @@ def ablation_tables(runs, B, fold=8):
 
 def gate_stability(runs):
     """Per run with gate slot profiles, per (layer, head): the largest change of any slot weight
-    between a step in the last half of training and the last step, and the two heaviest slots at
-    each of those steps (the same pair at every step: a stable preference)."""
+    between a step in the last half of training and the last step, the two heaviest slots at
+    each of those steps (the same pair at every step: a stable preference), and the last step's
+    weights (a gate near 1 / slots has no preference to be stable)."""
     withprof = [r for r in runs if any(x["slot"] != "" for x in r["history"])]
     if not withprof:
         return
     print("\nGate slot profiles over the last half of training (steps >= last / 2):\n")
-    print("| run | layer | head | steps | max \\|weight - last\\| | top two slots at the last step | same top two at every step |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | layer | head | steps | max \\|weight - last\\| | top two slots at the last step | same top two at every step "
+          "| weight per slot at the last step |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in withprof:
         rows = [x for x in r["history"] if x["slot"] != ""]
         last = max(int(x["step"]) for x in rows)
@@ -285,7 +287,8 @@ def gate_stability(runs):
             top = {st: tuple(sorted(sorted(slots, key=lambda k: -w[(st, k)])[:2])) for st in steps}
             mx = max(abs(w[(st, k)] - w[(last, k)]) for st in steps for k in slots)
             print(f"| {r['preset']} seed {r['seed']} | {l} | {h} | {steps[0]}-{last} | {mx:.4f} | "
-                  f"{top[last][0]}, {top[last][1]} | {'yes' if len(set(top.values())) == 1 else 'no'} |")
+                  f"{top[last][0]}, {top[last][1]} | {'yes' if len(set(top.values())) == 1 else 'no'} | "
+                  f"{' '.join(f'{w[(last, k)]:.3f}' for k in slots)} |")
 
 
 def spearman(x, y):

@@ -13,6 +13,7 @@ Checks, against numbers recomputed here from the files:
 - --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values);
 - --readout gives, per layer, head, phase and outcome, the query-weighted means of lm_readout.csv
   (recomputed here), and refuses (exit 2) runs without that file;
+- the gate-stability table's last-step slot weights equal lm_history.csv's;
 - --figs writes the four figures (when matplotlib is present);
 - bad options and bad files exit 2 with a message naming the option or the file;
 - the gates-and-heads table of a run with two per-head grids (tests/data/lm_runs/heads, written by
@@ -86,6 +87,36 @@ check("(recall folded mod 4;" in text, "--fold 4 folds the ablation tables mod 4
 abl = [ln for ln in text.splitlines() if ln.startswith("| layer ")]
 check(abl and all(len(ln.split("|")[3].split()) == 4 for ln in abl), "--fold 4: four recalls per ablation row")
 check("Gate slot profiles over the last half of training" in text, "the gate-stability table is printed")
+# its last column: each slot's weight at the last step. The stored runs' gates hardly leave 1/4 in
+# 40 steps, so a copy gets distinct weights per (seed, layer, slot) at every step first.
+gw = os.path.join(out, "gate_weights")
+shutil.rmtree(gw, ignore_errors=True)
+shutil.copytree(runs[0], gw)
+hp = os.path.join(gw, "lm_history.csv")
+lines = open(hp).read().splitlines(keepends=True)
+head = [ln for ln in lines if ln.startswith("#")]
+rd = list(csv.DictReader(ln for ln in lines if not ln.startswith("#")))
+for x in rd:
+    if x["slot"] != "":
+        x["slot_weight"] = f"{0.1 + 0.01 * int(x['slot']) + 0.2 * int(x['layer']) + 0.05 * int(x['seed']) + 1e-3 * int(x['step']):.6f}"
+buf = io.StringIO()
+wr = csv.DictWriter(buf, fieldnames=list(rd[0].keys()), lineterminator="\n")
+wr.writeheader()
+wr.writerows(rd)
+open(hp, "w").write("".join(head) + buf.getvalue())
+rc, text, err = run(gw, "--permutations", "19")
+check(rc == 0, f"the copy with distinct gate weights exits 0 (got {rc}: {err})")
+h0 = [x for x in rd if x["slot"] != ""]
+comps0 = sorted({(x["seed"], x["layer"], x.get("head", "all")) for x in h0})
+check(len(comps0) >= 2, "the stored csa run has gate profiles")
+for x0 in comps0:
+    mine = [x for x in h0 if (x["seed"], x["layer"], x.get("head", "all")) == x0]
+    last = max(int(x["step"]) for x in mine)
+    want_w = " ".join(f"{float(x['slot_weight']):.3f}"
+                      for x in sorted((x for x in mine if int(x["step"]) == last), key=lambda x: int(x["slot"])))
+    row = [ln for ln in text.splitlines() if ln.startswith(f"| csa seed {x0[0]} | {x0[1]} | {x0[2]} | ")]
+    check(len(row) == 1 and row[0].rstrip(" |").split("|")[-1].strip() == want_w,
+          f"gate stability, seed {x0[0]} layer {x0[1]}: last-step weights {want_w} (row {row})")
 
 # ---- --readout: query-weighted means over the groups of a phase, from lm_readout.csv ----
 rc, text, err = run(runs[0], "--readout", "--phase-mod", "4")
@@ -142,7 +173,9 @@ def rho_of(x, y):
     return float(np.corrcoef(avg_ranks(x), avg_ranks(y))[0, 1])
 
 
-linked = [ln for ln in text.splitlines() if ln.startswith(f"| {hs['preset']} seed {hs['seed']} | ") and ln.count("|") == 9]
+check("\nGates and heads (" in text, "the gates-and-heads table is printed")
+linked = [ln for ln in text.split("\nGates and heads (", 1)[-1].splitlines()
+          if ln.startswith(f"| {hs['preset']} seed {hs['seed']} | ") and ln.count("|") == 9]
 check(len(linked) == 2 * nl, f"one gates-and-heads row per layer and head ({2 * nl}; got {len(linked)})")
 for l in range(nl):
     origin0 = (hm["origin"] + (l * S // nl if hm["shift_layers"] else 0)) % S
