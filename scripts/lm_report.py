@@ -2,7 +2,7 @@
 """Tables and figures for the controlled pretraining runs (examples/torch/train_lm.cpp).
 
     scripts/lm_report.py RUN_DIR [RUN_DIR ...] [--figs FIG_DIR] [--permutations B] [--drop G,G,...] [--edges] [--fold F]
-    scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--drop G,G,...] [--figs FIG_DIR]
+    scripts/lm_report.py RUN_DIR [RUN_DIR ...] --mitigation [--phase-mod P] [--phase-floor R] [--drop G,G,...] [--figs FIG_DIR]
 
 Each RUN_DIR is a `train_lm --out` directory (lm_phase.csv, lm_summary.json, lm_history.csv,
 optionally lm_ablation.csv). Prints, as Markdown:
@@ -49,7 +49,11 @@ observed gap of equal true recalls is > 0, so the lower end is the informative o
 (unequal recall over the P phases, permutation). Per preset: the mean over seeds of the mean
 recall, worst-phase recall and gap with 95 % t intervals over seeds, and the same three on the
 counts pooled over seeds (X2(P) p with labels permuted within each seed). A run that did not
-learn is listed with its curve and left out of the per-preset rows.
+learn is listed with its curve and left out of the per-preset rows. Last, how often each preset
+learns every phase: per preset and number of training steps, the runs whose worst phase ends at
+recall >= R (--phase-floor, default 0.5; a split pair that is never learned leaves its phase near
+the share of queries it can answer without it), their share with its exact 95 % Clopper-Pearson
+interval, and Fisher's exact two-sided p against the first preset listed with as many steps.
 --readout: instead, for runs made with train_lm --readout, where the queries' attention goes:
 per layer, head, phase (key position mod --phase-mod) and outcome (hit or miss), the mean
 attention mass on the rows (compressed entries or raw tokens) holding the pair's key token, its
@@ -491,6 +495,85 @@ def mitigation_tables(runs, B, P, drop=()):
         print(f"| {p} | {len(rows)} | {' | '.join(cells)} | {pooled} |")
 
 
+def binom_cdf(k, n, p):
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(0, k + 1))
+
+
+def clopper_pearson(k, n, alpha=0.05):
+    """Exact (Clopper-Pearson) 1 - alpha interval of a binomial share k / n: lo solves
+    P(X >= k | lo) = alpha / 2, hi solves P(X <= k | hi) = alpha / 2 (bisection, 1e-12)."""
+    def solve(f, target):  # f increasing in p on [0, 1]
+        a, b = 0.0, 1.0
+        for _ in range(60):
+            m = (a + b) / 2
+            if f(m) < target:
+                a = m
+            else:
+                b = m
+        return (a + b) / 2
+    lo = 0.0 if k == 0 else solve(lambda q: 1.0 - binom_cdf(k - 1, n, q), alpha / 2)
+    hi = 1.0 if k == n else solve(lambda q: -binom_cdf(k, n, q), -alpha / 2)
+    return lo, hi
+
+
+def fisher_exact(k1, n1, k2, n2):
+    """Two-sided Fisher exact p of k1 / n1 against k2 / n2: the probability, under the
+    hypergeometric law with both margins fixed, of a table no more likely than the observed one."""
+    K, N = k1 + k2, n1 + n2
+    def prob(x):
+        return math.comb(n1, x) * math.comb(n2, K - x) / math.comb(N, K)
+    obs = prob(k1)
+    lo, hi = max(0, K - n2), min(n1, K)
+    return min(1.0, sum(prob(x) for x in range(lo, hi + 1) if prob(x) <= obs * (1 + 1e-7)))
+
+
+def plateau_table(runs, P, floor, drop=()):
+    """Per preset and schedule length: how many runs end with every phase (key position mod P)
+    at recall >= floor, with the share's exact 95 % interval and Fisher's exact p against the
+    first preset listed at the same schedule length."""
+    groups = {}
+    for r in runs:
+        s = r["summary"]
+        h, t = list(s["hits"]), list(s["trials"])
+        if len(t) % P:
+            continue
+        for g in drop:
+            if g < len(t):
+                h[g], t[g] = 0, 0
+        hp = [sum(h[c::P]) for c in range(P)]
+        tp = [sum(t[c::P]) for c in range(P)]
+        have = [c for c in range(P) if tp[c] > 0]
+        if not have:
+            continue
+        worst = min(hp[c] / tp[c] for c in have)
+        steps = s.get("steps_trained", s.get("train", {}).get("steps"))
+        groups.setdefault((r["preset"], steps), []).append((r["seed"], worst))
+    if not groups:
+        return
+    print(f"\nEvery phase learned: a run whose worst phase (key position mod {P}) ends at recall >= {floor} "
+          f"(--phase-floor). Per preset and number of training steps; Fisher's exact p against the first "
+          f"preset listed with the same number of steps.\n")
+    print("| preset | steps | runs | every phase learned | share [95 % Clopper-Pearson] | Fisher p | "
+          "worst-phase recall per seed |")
+    print("|---|---|---|---|---|---|---|")
+    first = {}
+    for (preset, steps), rows in groups.items():
+        first.setdefault(steps, (preset, rows))
+    for (preset, steps), rows in groups.items():
+        n = len(rows)
+        k = sum(1 for _, w in rows if w >= floor)
+        lo, hi = clopper_pearson(k, n)
+        ref, rrows = first[steps]
+        if ref == preset:
+            fp = "-"
+        else:
+            k0 = sum(1 for _, w in rrows if w >= floor)
+            fp = f"{fisher_exact(k, n, k0, len(rrows)):.3f} (vs {ref})"
+        per = " ".join(f"{seed}: {w:.3f}" for seed, w in sorted(rows))
+        print(f"| {preset} | {steps} | {n} | {k} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {fp} | {per} |")
+
+
 def figures(runs, figs):
     if not have_matplotlib():
         print("lm_report.py: matplotlib not available; no figures written", file=sys.stderr)
@@ -725,6 +808,17 @@ def main(argv):
     ap.add_argument("--mitigation", action="store_true")
     ap.add_argument("--readout", action="store_true")
     ap.add_argument("--phase-mod", type=positive, default=4, metavar="P")
+    def share(x):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x!r} must be a number in (0, 1]")
+        if not 0.0 < v <= 1.0:
+            raise argparse.ArgumentTypeError(f"{x} must be in (0, 1]")
+        return v
+
+    ap.add_argument("--phase-floor", type=share, default=0.5, metavar="R",
+                    help="--mitigation: a run learned every phase when its worst phase's recall is >= R (default 0.5)")
     ap.add_argument("--fold", type=positive, default=8, metavar="F",
                     help="fold the ablation tables mod F (default 8; the run's modulus when F does not divide it)")
     a = ap.parse_args(argv[1:])  # a bad option or value: argparse names it and exits 2
@@ -738,6 +832,7 @@ def main(argv):
     try:
         if a.mitigation:
             mitigation_tables(runs, a.permutations, a.phase_mod, a.drop)
+            plateau_table(runs, a.phase_mod, a.phase_floor, a.drop)
             if a.figs:
                 figures(runs, a.figs)
             return 0

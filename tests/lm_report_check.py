@@ -10,7 +10,10 @@ both with --context 32 --pairs 4 --queries 4 --keys 8 --values 8 --gap 4 --modul
 Checks, against numbers recomputed here from the files:
 - every run's row gives its mean recall, sum(hits) / sum(trials), and the stopped run is labelled
   with the step it stopped at;
-- --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values);
+- --mitigation marks a run learned exactly when eval loss + 5 SE < ln(values), and counts per
+  preset and step count the runs whose worst phase ends at recall >= --phase-floor (three floors),
+  with an exact interval whose bounds solve the binomial tail equations and Fisher's p by
+  enumeration of the tables (both functions also on textbook values);
 - --readout gives, per layer, head, phase and outcome, the query-weighted means of lm_readout.csv
   (recomputed here), and refuses (exit 2) runs without that file;
 - the gate-stability table's last-step slot weights equal lm_history.csv's;
@@ -223,6 +226,75 @@ for d in runs:
         if row:
             check((" | yes | " in row[0]) == learned, f"{r['preset']} seed {r['seed']}: learned = {learned} in {row[0][:90]}")
 
+# ---- --mitigation: every phase learned (worst phase >= --phase-floor), exact interval, Fisher p ----
+def binom_tail_ge(k, n, q):
+    return sum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(k, n + 1))
+
+
+def fisher_enumerated(k1, n1, k2, n2):
+    """Two-sided Fisher p by enumerating every 2 x 2 table with the observed margins."""
+    K = k1 + k2
+    tables = [(x, math.comb(n1, x) * math.comb(n2, K - x)) for x in range(0, n1 + 1) if 0 <= K - x <= n2]
+    total = sum(w for _, w in tables)
+    obs = dict(tables)[k1]
+    return sum(w for _, w in tables if w <= obs) / total
+
+
+# the functions on textbook values: Clopper-Pearson 3 / 6 = [0.1181, 0.8819], 0 / 6 upper
+# 1 - 0.025^(1/6); Fisher 6/6 vs 0/6 = 2 / 924, 1/6 vs 5/6 = 0.0801
+check(all(abs(a - b) < 1e-4 for a, b in zip(lm_report.clopper_pearson(3, 6), (0.1181, 0.8819))), "Clopper-Pearson 3 / 6")
+check(abs(lm_report.clopper_pearson(0, 6)[1] - (1 - 0.025 ** (1 / 6))) < 1e-9, "Clopper-Pearson 0 / 6")
+check(abs(lm_report.fisher_exact(6, 6, 0, 6) - 2 / 924) < 1e-12, "Fisher 6/6 vs 0/6")
+check(abs(lm_report.fisher_exact(1, 6, 5, 6) - fisher_enumerated(1, 6, 5, 6)) < 1e-12, "Fisher 1/6 vs 5/6")
+# a copy of the csa run as another preset whose runs answer every query: a second preset at the
+# same step count, so that its Fisher p (2 of 2 against 0 of 2 at floor 0.5: 1/3) is recomputed
+other = os.path.join(out, "other")
+shutil.rmtree(other, ignore_errors=True)
+shutil.copytree(runs[0], other)
+s_other = json.load(open(os.path.join(other, "lm_summary.json")))
+for r in s_other["runs"]:
+    r["preset"] = "other"
+    r["hits"] = list(r["trials"])
+json.dump(s_other, open(os.path.join(other, "lm_summary.json"), "w"))
+s_csa = json.load(open(os.path.join(runs[0], "lm_summary.json")))["runs"][0]
+exact = min(sum(s_csa["hits"][c::4]) / sum(s_csa["trials"][c::4]) for c in range(4))
+for floor in (0.01, 0.5, 1.0, exact):  # the last: a worst phase exactly at the floor counts
+    rc, text, err = run(*runs, other, "--mitigation", "--permutations", "19", "--phase-floor", repr(floor))
+    check(rc == 0, f"--phase-floor {floor}: exits 0 (got {rc}: {err})")
+    rows = text.split("\nEvery phase learned", 1)[-1].splitlines()
+    groups = {}
+    for d in runs + [other]:
+        summary = json.load(open(os.path.join(d, "lm_summary.json")))
+        for r in summary["runs"]:
+            h, t = r["hits"], r["trials"]
+            worst = min(sum(h[c::4]) / sum(t[c::4]) for c in range(4) if sum(t[c::4]) > 0)
+            groups.setdefault((r["preset"], r.get("steps_trained", r["train"]["steps"])), []).append((r["seed"], worst))
+    firsts = {}
+    for (preset, steps), g in groups.items():
+        firsts.setdefault(steps, g)
+        n, k = len(g), sum(1 for _, w in g if w >= floor)
+        row = [x for x in rows if x.startswith(f"| {preset} | {steps} | ")]
+        check(len(row) == 1, f"--phase-floor {floor}: one row for {preset} at {steps} steps")
+        if not row:
+            continue
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        check(cells[2] == str(n) and cells[3] == str(k), f"--phase-floor {floor}: {preset} {k} of {n} (row {row[0]})")
+        lo, hi = (float(v) for v in cells[4].split("[")[1].rstrip("]").split(","))
+        # the printed bounds solve the tail equations of the exact interval (to their 3 decimals)
+        if k > 0:
+            check(binom_tail_ge(k, n, lo - 5e-4) <= 0.025 <= binom_tail_ge(k, n, lo + 5e-4), f"{preset}: lower bound {lo}")
+        else:
+            check(lo == 0.0, f"{preset}: lower bound 0 at k = 0")
+        if k < n:
+            check(1 - binom_tail_ge(k + 1, n, hi + 5e-4) <= 0.025 <= 1 - binom_tail_ge(k + 1, n, hi - 5e-4),
+                  f"{preset}: upper bound {hi}")
+        ref = firsts[steps]
+        if ref is not g:
+            k0 = sum(1 for _, w in ref if w >= floor)
+            check(cells[5].startswith(f"{fisher_enumerated(k, n, k0, len(ref)):.3f}"), f"{preset}: Fisher p (row {cells[5]})")
+        per = " ".join(f"{seed}: {w:.3f}" for seed, w in sorted(g))
+        check(cells[6] == per, f"{preset}: worst-phase recall per seed {per} (row {cells[6]})")
+
 # ---- figures ----
 figs = os.path.join(out, "figs")
 shutil.rmtree(figs, ignore_errors=True)
@@ -265,6 +337,9 @@ for name, args, expect in [
     ("permutations text", [runs[0], "--permutations", "x"], "--permutations"),
     ("drop text", [runs[0], "--drop", "a,b"], "--drop"),
     ("fold 0", [runs[0], "--fold", "0"], "--fold"),
+    ("phase floor 0", [runs[0], "--mitigation", "--phase-floor", "0"], "--phase-floor"),
+    ("phase floor above 1", [runs[0], "--mitigation", "--phase-floor", "1.5"], "--phase-floor"),
+    ("phase floor text", [runs[0], "--mitigation", "--phase-floor", "x"], "--phase-floor"),
     ("unknown option", [runs[0], "--nothing"], "--nothing"),
     ("no run", [], "RUN_DIR"),
     ("missing dir", [os.path.join(out, "no_such_run")], "no_such_run: is not a directory"),
