@@ -1201,6 +1201,54 @@ TEST_CASE("compress: GEMM path (several depth blocks, entry tiles) matches the r
   }
 }
 
+TEMPLATE_TEST_CASE("compress: a non-finite W1 value of the MLP pool is named on every path and split",
+                   "[compress][pool][errors]", float, double) {
+  // On hardware-FMA paths W1's values are checked by the product that packs W1 (no pass of their
+  // own; compress/detail/gemm.hpp), on the others by the validation: either way the call throws
+  // naming the element. Grids: NSA's (every entry in place) and one whose first entries have
+  // masked slots (the copied form); threads 1 to 3 (3000 entries: more than 2 tiles of 1024, so
+  // the 2-thread call splits by entries; 1100: by columns of W1); the first, a middle and the last
+  // element; NaN and both infinities. Also a call with no complete entry, and compress_stream.
+  using Real = TestType;
+  const Real bad[] = {std::numeric_limits<Real>::quiet_NaN(), std::numeric_limits<Real>::infinity(),
+                      -std::numeric_limits<Real>::infinity()};
+  const auto x = random_x<Real>(6002, 16, 41);
+  for (const auto conv : {kc::grid_convention::nsa, kc::grid_convention::v4}) {
+    const kc::operator_spec s{.grid = {.window = 4, .stride = 2, .convention = conv}, .pool = kc::pool_kind::mlp};
+    const auto good = params_for<Real>(s, 16, 0, 0, false, false, false, kc::mlp_activation::relu);
+    const index_t n = good.mlp_w1.size();
+    int v = 0;
+    for (const index_t at : {index_t(0), n / 2 + 3, n - 1}) {
+      auto p = good;
+      p.mlp_w1.data()[at] = bad[v++ % 3];
+      const std::string name = "params.mlp_w1[" + std::to_string(at) + "]";
+      simd::for_each_arch([&](auto arch) {
+        using Arch = decltype(arch);
+        for (const index_t rows : {index_t(1100), index_t(6002)})
+          for (const int th : {1, 2, 3}) {
+            INFO(Arch::name() << " " << kc::to_string(conv) << " rows " << rows << " threads " << th << " " << name);
+            const auto xs = x.topRows(rows);
+            CHECK_THROWS_WITH((kc::compress<Real, Arch>(s, p, xs, 0, {.threads = th})),
+                              Contains(name) && Contains("must be finite"));
+            kvphase::matrix_t<Real> out(s.head_grid(0).num_entries(rows), 16);
+            CHECK_THROWS_WITH((kc::compress_into<Real, Arch>(s, p, kvphase::matrix_view<Real>(xs.data(), rows, 16),
+                                                             kvphase::matrix_mut_view<Real>(out.data(), out.rows(), 16), 0,
+                                                             {.threads = th})),
+                              Contains(name));
+          }
+        // no complete entry: the validation itself names it
+        CHECK_THROWS_WITH((kc::compress<Real, Arch>(s, p, x.topRows(2), 0)), Contains(name));
+        CHECK_THROWS_WITH((kc::compress_stream<Real, Arch>(s, p, 16)), Contains(name));
+      });
+    }
+    // the check finds nothing in good weights: the same rows as before on every path
+    simd::for_each_arch([&](auto arch) {
+      using Arch = decltype(arch);
+      CHECK_NOTHROW(kc::compress<Real, Arch>(s, good, x.topRows(1100), 0, {.threads = 2}));
+    });
+  }
+}
+
 TEST_CASE("compress: per-head parameters and grid offsets", "[compress][pool]") {
   auto s = kc::v41();
   s.heads = 3;

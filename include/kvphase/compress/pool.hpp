@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <ostream>
 #include <span>
 #include <string>
@@ -102,7 +103,9 @@ struct pool_params {
 
   /// Throws kvphase::error (naming the parameter) unless every field has the shape the spec's
   /// pool kind needs for input width d, unused fields are empty, and all values are finite.
-  void validate(const operator_spec& spec, index_t d) const {
+  /// `mlp_w1_values = false` leaves W1's values out (its shape is still checked): for a caller
+  /// whose kernel checks them while it packs W1 (compress_into on hardware-FMA paths).
+  void validate(const operator_spec& spec, index_t d, bool mlp_w1_values = true) const {
     require(d >= 1 && d <= limits::max_dim, "d", d, "input width must be in [1, 65536]");
     const index_t W = spec.grid.window, S = spec.grid.stride;
     const pool_kind k = spec.pool;
@@ -172,7 +175,7 @@ struct pool_params {
     finite(w_z, "params.w_z");
     finite(slot_bias_c, "params.slot_bias_c");
     finite(mlp_pos, "params.mlp_pos");
-    finite(mlp_w1, "params.mlp_w1");
+    if (mlp_w1_values) finite(mlp_w1, "params.mlp_w1");
     finite(mlp_b1, "params.mlp_b1");
     finite(mlp_w2, "params.mlp_w2");
     finite(mlp_b2, "params.mlp_b2");
@@ -1330,9 +1333,12 @@ void mlp_finish_tile(const engine<Real, Arch>& eng, index_t t0, index_t m, index
 ///
 /// Either way a row's bits depend only on its entry (and on which form it takes, which depends
 /// only on the entry), not on the tiling or the thread split (detail/gemm.hpp).
+/// `w1_nonfinite` (null: no check): set to true when W1 holds an infinite or NaN value, checked
+/// by the first tile's product while it packs W1 (where gemm_checks_b<Arch>(); see run_entries).
 template <class Real, class Arch>
 void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, index_t pos0, index_t a, index_t b,
-                 index_t e0, Real* out, bool nt, std::vector<Real>& buf, double* rc = nullptr) {
+                 index_t e0, Real* out, bool nt, std::vector<Real>& buf, double* rc = nullptr,
+                 bool* w1_nonfinite = nullptr) {
   const pool_params<Real>& p = *eng.p;
   const index_t W = eng.W, d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = W * d;
   std::vector<Real> pad;
@@ -1358,7 +1364,8 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
       const Real* A = x + (eng.g.sources(t0).first - pos0) * d;
       const bool first_tile = t0 == a_direct;
       gemm_rows_fma<Real, Arch>(A, lda, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad,
-                                p.mlp_pos.size() && first_tile ? p.mlp_pos.data() : nullptr, pw);
+                                p.mlp_pos.size() && first_tile ? p.mlp_pos.data() : nullptr, pw,
+                                first_tile ? w1_nonfinite : nullptr);
       if (first_tile) bias1 = mlp_in_place_bias(p, pw, bias_buf);
       mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, bias1, O, out, nt, pad, rc);
     }
@@ -1391,7 +1398,7 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
         }
       }
     }
-    gemm_rows_on<Real, Arch>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad);
+    gemm_rows_on<Real, Arch>(F, Wd, p.mlp_w1.data(), H, m, Wd, H, Hm, H, pad, t0 == a ? w1_nonfinite : nullptr);
     mlp_finish_tile<Real, Arch>(eng, t0, m, e0, Hm, p.mlp_b1.size() ? p.mlp_b1.data() : nullptr, O, out, nt, pad, rc);
   }
 }
@@ -1404,9 +1411,11 @@ void mlp_entries(const engine<Real, Arch>& eng, const Real* x, index_t ldx, inde
 /// none has masked slots: split by entries, each thread would stream all of W1 for few entries
 /// (2m FLOP per 4-byte weight); split by columns each streams its share of W1 once. Every value
 /// is the one FMA chain the entry split computes (detail/gemm.hpp), so the bits are the same.
+/// Thread t sets w1_nonfinite_per_thread[t] when its columns of W1 hold an infinite or NaN value.
 template <class Real, class Arch>
 void mlp_entries_shared(const engine<Real, Arch>& eng, const Real* x, index_t pos0, index_t e0, index_t E, Real* out,
-                        bool nt, int threads, std::vector<std::vector<Real>>& tiles, double* rc) {
+                        bool nt, int threads, std::vector<std::vector<Real>>& tiles, double* rc,
+                        bool* w1_nonfinite_per_thread) {
   const pool_params<Real>& p = *eng.p;
   const index_t d = eng.d, c = eng.c, H = p.mlp_w1.cols(), Wd = eng.W * d;
   constexpr index_t NC = gemm_tile<Real, Arch>::NC;
@@ -1421,7 +1430,7 @@ void mlp_entries_shared(const engine<Real, Arch>& eng, const Real* x, index_t po
     std::vector<Real> pad;
     if (h1 > h0)
       gemm_rows_fma<Real, Arch>(A, eng.S * d, p.mlp_w1.data() + h0, H, E, Wd, h1 - h0, hm.data() + h0, H, pad,
-                                pos ? p.mlp_pos.data() : nullptr, pw.data() + h0);
+                                pos ? p.mlp_pos.data() : nullptr, pw.data() + h0, w1_nonfinite_per_thread + tid);
 #pragma omp barrier
     const index_t a = E * tid / n, b = E * (tid + 1) / n;
     if (b > a) {
@@ -1452,19 +1461,24 @@ inline int resolve_threads(const compress_options& o, std::size_t input_bytes) n
 namespace detail {
 
 /// Checks everything at the API boundary for input width d and N tokens; returns the number of
-/// complete entries.
+/// complete entries. With `kernel_checks_w1` (a caller that runs its entries through run_entries
+/// on a path where gemm_checks_b<Arch>()), an MLP pool's W1 values are left to the kernel, which
+/// checks them while it packs W1, when at least one entry is complete (else they are checked
+/// here): the same error, without a pass over the 64 MiB of NSA's W1 per call.
 template <class Real>
 index_t validate_call(const operator_spec& spec, const pool_params<Real>& p, index_t N, index_t d, index_t head,
-                      const compress_options& opt, bool need_entry = true) {
+                      const compress_options& opt, bool need_entry = true, bool kernel_checks_w1 = false) {
   static_assert(is_real_v<Real>, "Real must be float or double");
   spec.validate();
   opt.validate();
   require(head >= 0 && head < spec.heads, "head", head, "must be in [0, heads = " + std::to_string(spec.heads) + ")");
   require(d >= 1 && d <= limits::max_dim, "x.cols()", d, "input width must be in [1, 65536]");
   require(N >= 0 && N < chunk_grid::max_extent, "x.rows()", N, "must be in [0, 2^40)");
-  p.validate(spec, d);
+  p.validate(spec, d, !kernel_checks_w1);
   const chunk_grid g = spec.head_grid(head);
   const index_t E = g.num_entries(N);
+  if (kernel_checks_w1 && E == 0)
+    require_finite(std::span<const Real>(p.mlp_w1.data(), static_cast<std::size_t>(p.mlp_w1.size())), "params.mlp_w1");
   if (need_entry) {
     require(E >= 1, "x.rows()", N,
             "too few tokens for one complete entry (the first entry ends at position " +
@@ -1571,11 +1585,23 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
     if (ws.rope_cs.size() < need) ws.rope_cs.resize(need, std::numeric_limits<double>::quiet_NaN());
     rc = ws.rope_cs.data();
   }
+  // W1's values: on the paths whose product kernel checks what it packs (gemm_checks_b), the MLP's
+  // first layer reports a non-finite weight here and the call throws after its threads have
+  // joined, naming the element (callers may leave W1's values out of their validation: see
+  // validate_call); elsewhere the flags stay false
+  std::unique_ptr<bool[]> w1_bad(spec.pool == pool_kind::mlp ? new bool[static_cast<std::size_t>(nt)]() : nullptr);
+  auto check_w1 = [&] {
+    if (!w1_bad) return;
+    for (int t = 0; t < nt; ++t)
+      if (w1_bad[static_cast<std::size_t>(t)])
+        require_finite(std::span<const Real>(p.mlp_w1.data(), static_cast<std::size_t>(p.mlp_w1.size())), "params.mlp_w1");
+  };
   auto run = [&](int tid, int n_thr) {
     const index_t a = e0 + E * tid / n_thr, b = e0 + E * (tid + 1) / n_thr;
     if constexpr (!simd::is_scalar_v<Arch>) {
       if (spec.pool == pool_kind::mlp) {
-        mlp_entries<Real, Arch>(eng, x, d, pos0, a, b, e0, out, nt_store, tiles[static_cast<std::size_t>(tid)], rc);
+        mlp_entries<Real, Arch>(eng, x, d, pos0, a, b, e0, out, nt_store, tiles[static_cast<std::size_t>(tid)], rc,
+                                w1_bad.get() + tid);
         if (nt_store) store_fence();
         return;
       }
@@ -1612,17 +1638,20 @@ void run_entries(const engine<Real, Arch>& eng, const Real* x, index_t nrows, in
   if constexpr (simd::fused_fma<Arch>()) {
     if (spec.pool == pool_kind::mlp && nt > 1 && E <= nt * mlp_tile && eng.g.sources(e0).first >= 0) {
       if (tiles.size() < static_cast<std::size_t>(nt)) tiles.resize(static_cast<std::size_t>(nt));
-      mlp_entries_shared<Real, Arch>(eng, x, pos0, e0, E, out, nt_store, nt, tiles, rc);
+      mlp_entries_shared<Real, Arch>(eng, x, pos0, e0, E, out, nt_store, nt, tiles, rc, w1_bad.get());
+      check_w1();
       return;
     }
   }
   if (nt > 1) {
 #pragma omp parallel num_threads(nt)
     run(omp_get_thread_num(), omp_get_num_threads());
+    check_w1();
     return;
   }
 #endif
   run(0, 1);
+  check_w1();
 }
 
 }  // namespace detail
@@ -1686,14 +1715,17 @@ template <class Real, class Arch = simd::default_arch>
 /// into out (num_entries(N) × output_dim). The head's grid is spec.head_grid(head). A sequence
 /// with no complete entry gives zero rows (as the reference compressors do).
 /// Throws kvphase::error (naming the parameter) for an invalid spec, parameters of the wrong
-/// shape or non-finite, a head outside [0, heads), or an output of the wrong shape. Deterministic: bitwise identical for any thread count. With a
+/// shape or non-finite, a head outside [0, heads), or an output of the wrong shape; every check
+/// comes before out is written but one: a non-finite W1 value of an MLP pool is found by the
+/// product that packs W1 on hardware-FMA paths (no pass of its own), and out's contents are then
+/// unspecified. Deterministic: bitwise identical for any thread count. With a
 /// workspace, its buffers are reused (no allocation once sized).
 template <class Real, class Arch = simd::default_arch>
 void compress_into(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
                    matrix_mut_view<Real> out, index_t head = 0, const compress_options& opt = {},
                    compress_workspace<Real>* workspace = nullptr) {
   const index_t N = x.rows(), d = x.cols();
-  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false);
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false, detail::gemm_checks_b<Arch>());
   const index_t c = p.output_dim(spec, d);
   require(out.rows() == E, "out.rows()", out.rows(), "must equal the number of complete entries " + std::to_string(E));
   require(out.cols() == c, "out.cols()", out.cols(), "must equal the output width " + std::to_string(c));
@@ -1706,7 +1738,7 @@ template <class Real, class Arch = simd::default_arch>
 [[nodiscard]] matrix_t<Real> compress(const operator_spec& spec, const pool_params<Real>& p, matrix_view<Real> x,
                                       index_t head = 0, const compress_options& opt = {}) {
   const index_t N = x.rows(), d = x.cols();
-  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false);
+  const index_t E = detail::validate_call(spec, p, N, d, head, opt, false, detail::gemm_checks_b<Arch>());
   matrix_t<Real> out(E, p.output_dim(spec, d));
   const detail::engine<Real, Arch> eng(spec, p, d, head);
   detail::run_entries<Real, Arch>(eng, x.data(), N, 0, 0, E, out.data(), opt);

@@ -61,6 +61,25 @@ void require(bool ok, std::string_view parameter, const T& value, std::string_vi
   if (!ok) fail(parameter, value, rule);
 }
 
+namespace detail {
+/// Whether any of v[0 … n) is infinite or NaN (its exponent bits all set): a branch-free OR
+/// the compiler vectorises, at memory speed. Also used by kernels that check values while they
+/// read them anyway (compress/detail/gemm.hpp), instead of a pass of their own.
+template <class Real>
+[[nodiscard]] bool any_nonfinite(const Real* v, std::size_t n) noexcept {
+  static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>);
+  using bits_t = std::conditional_t<sizeof(Real) == 4, std::uint32_t, std::uint64_t>;
+  constexpr bits_t exponent = sizeof(Real) == 4 ? bits_t(0x7f800000u) : bits_t(0x7ff0000000000000ull);
+  bits_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    bits_t u;
+    std::memcpy(&u, v + i, sizeof u);
+    bad |= static_cast<bits_t>((u & exponent) == exponent);
+  }
+  return bad != 0;
+}
+}  // namespace detail
+
 /// Throws unless every element of `values` is finite; names the first bad index.
 template <class Real>
 void require_finite(std::span<const Real> values, std::string_view parameter) {
@@ -73,21 +92,12 @@ void require_finite(std::span<const Real> values, std::string_view parameter) {
     }
   };
   if constexpr (std::is_same_v<Real, float> || std::is_same_v<Real, double>) {
-    // Blocks of 4096 scanned by a branch-free loop the compiler vectorises (an OR over "all
-    // exponent bits set", i.e. infinity or NaN), at memory speed: compress() checks every weight
-    // on every call, and NSA's MLP has 8M of them. Only a flagged block is walked to name the index.
-    using bits_t = std::conditional_t<sizeof(Real) == 4, std::uint32_t, std::uint64_t>;
-    constexpr bits_t exponent = sizeof(Real) == 4 ? bits_t(0x7f800000u) : bits_t(0x7ff0000000000000ull);
+    // Blocks of 4096 scanned branch-free (detail::any_nonfinite); only a flagged block is walked
+    // to name the index.
     const std::size_t n = values.size();
     for (std::size_t a = 0; a < n; a += 4096) {
       const std::size_t b = std::min(n, a + 4096);
-      bits_t bad = 0;
-      for (std::size_t i = a; i < b; ++i) {
-        bits_t u;
-        std::memcpy(&u, values.data() + i, sizeof u);
-        bad |= static_cast<bits_t>((u & exponent) == exponent);
-      }
-      if (bad) check(a, b);
+      if (detail::any_nonfinite(values.data() + a, b - a)) check(a, b);
     }
   } else {
     check(0, values.size());

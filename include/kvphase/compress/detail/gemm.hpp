@@ -35,6 +35,7 @@
 
 #include <Eigen/Core>
 
+#include "kvphase/core/error.hpp"
 #include "kvphase/core/simd.hpp"
 #include "kvphase/core/types.hpp"
 
@@ -183,9 +184,14 @@ inline bool gemm_prefetch_rows() noexcept {
 /// `a_extra` (k values; null: none): one more row of A, kept apart from the others, whose row
 /// of C goes to `c_extra` (n values) — a product that shares B, computed from B's packed blocks
 /// (one more one-row tile per block) instead of reading B again.
+/// `b_nonfinite` (null: no check): set to true when a value of B (k × n) is infinite or NaN,
+/// checked while B is packed, so a caller that needs B finite gets the check without a pass of
+/// its own over B (NSA's W1 is 64 MiB at d = 512; the pass cost a fifth of the operator at 2048
+/// tokens). Left unchanged otherwise; B is checked whole whenever m > 0 or a_extra is given.
 template <class Real, class Arch>
 void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
-                   index_t ldc, std::vector<Real>& pack, const Real* a_extra = nullptr, Real* c_extra = nullptr) {
+                   index_t ldc, std::vector<Real>& pack, const Real* a_extra = nullptr, Real* c_extra = nullptr,
+                   bool* b_nonfinite = nullptr) {
   using T = gemm_tile<Real, Arch>;
   constexpr index_t MR = T::MR, NC = T::NC, KC = T::KC;
   const index_t NB = gemm_block_columns<Real, Arch>();
@@ -209,6 +215,7 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
     for (index_t pc = 0; pc < k; pc += KC) {
       const index_t kc = std::min(KC, k - pc);
       // panel q holds B[pc … pc + kc) × [jc + q·NC, +NC), row-major, zero past column n
+      bool bad = false;
       for (index_t q = 0; q < np; ++q) {
         const index_t j0 = jc + q * NC, w = std::min(NC, n - j0);
         Real* dst = packed + q * KC * NC;
@@ -216,8 +223,10 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
           const Real* src = B + (pc + p) * ldb + j0;
           std::copy(src, src + w, dst + p * NC);
           std::fill(dst + p * NC + w, dst + (p + 1) * NC, Real(0));
+          if (b_nonfinite) bad |= kvphase::detail::any_nonfinite(dst + p * NC, static_cast<std::size_t>(w));
         }
       }
+      if (bad) *b_nonfinite = true;
       const bool first = pc == 0;
       if (a_extra) {
         for (index_t q = 0; q < np; ++q) {
@@ -263,15 +272,23 @@ void gemm_rows_fma(const Real* A, index_t lda, const Real* B, index_t ldb, index
 }
 
 /// The product of the compressor's projections and MLP on path Arch: gemm_rows_fma where the
-/// path has a hardware FMA, Eigen's kernel (gemm_rows) elsewhere.
+/// path has a hardware FMA, Eigen's kernel (gemm_rows) elsewhere. `b_nonfinite` as in
+/// gemm_rows_fma, on the paths where gemm_checks_b<Arch>() (elsewhere it is left unchanged).
 template <class Real, class Arch>
 void gemm_rows_on(const Real* A, index_t lda, const Real* B, index_t ldb, index_t m, index_t k, index_t n, Real* C,
-                  index_t ldc, std::vector<Real>& scratch) {
+                  index_t ldc, std::vector<Real>& scratch, bool* b_nonfinite = nullptr) {
   if constexpr (simd::fused_fma<Arch>()) {
-    gemm_rows_fma<Real, Arch>(A, lda, B, ldb, m, k, n, C, ldc, scratch);
+    gemm_rows_fma<Real, Arch>(A, lda, B, ldb, m, k, n, C, ldc, scratch, nullptr, nullptr, b_nonfinite);
   } else {
+    (void)b_nonfinite;
     gemm_rows<Real>(A, lda, B, ldb, m, k, n, C, ldc, scratch);
   }
+}
+
+/// Whether gemm_rows_on checks B's values on path Arch (b_nonfinite).
+template <class Arch>
+constexpr bool gemm_checks_b() noexcept {
+  return simd::fused_fma<Arch>();
 }
 
 }  // namespace kvphase::compress::detail
