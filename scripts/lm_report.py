@@ -416,10 +416,23 @@ def gap_interval(h, t, B, seed=1):
     return float(np.quantile(g, 0.025)), float(np.quantile(g, 0.975))
 
 
+def run_counts(r, drop=()):
+    """A run's per-group hits and trials (copies), the groups in `drop` emptied."""
+    h, t = list(r["summary"]["hits"]), list(r["summary"]["trials"])
+    for g in drop:
+        if g < len(t):
+            h[g], t[g] = 0, 0
+    return h, t
+
+
+def fold(h, t, P):
+    """Per-group counts folded mod P: (hits, trials) per class."""
+    return [sum(h[c::P]) for c in range(P)], [sum(t[c::P]) for c in range(P)]
+
+
 def phase_stats(h, t, P, B):
     """Fold per-group counts mod P: (hits, trials, mean, worst class, gap, gap interval)."""
-    hp = [sum(h[c::P]) for c in range(P)]
-    tp = [sum(t[c::P]) for c in range(P)]
+    hp, tp = fold(h, t, P)
     rec = [a / b if b else float("nan") for a, b in zip(hp, tp)]
     have = [c for c in range(P) if tp[c] > 0]
     worst = min(have, key=lambda c: rec[c])
@@ -443,13 +456,10 @@ def mitigation_tables(runs, B, P, drop=()):
     by_preset = {}
     for r in runs:
         s = r["summary"]
-        h, t = list(s["hits"]), list(s["trials"])
+        h, t = run_counts(r, drop)
         if len(t) % P:
             print(f"| {r['preset']} | {r['seed']} | modulus {len(t)} not divisible by {P}: skipped |||||||")
             continue
-        for g in drop:
-            if g < len(t):
-                h[g], t[g] = 0, 0
         ok, bound = learned(r)
         curve = {}
         for x in r["history"]:
@@ -535,14 +545,10 @@ def plateau_table(runs, P, floor, drop=()):
     groups = {}
     for r in runs:
         s = r["summary"]
-        h, t = list(s["hits"]), list(s["trials"])
+        h, t = run_counts(r, drop)
         if len(t) % P:
             continue
-        for g in drop:
-            if g < len(t):
-                h[g], t[g] = 0, 0
-        hp = [sum(h[c::P]) for c in range(P)]
-        tp = [sum(t[c::P]) for c in range(P)]
+        hp, tp = fold(h, t, P)
         have = [c for c in range(P) if tp[c] > 0]
         if not have:
             continue
@@ -817,11 +823,13 @@ def main(argv):
             raise argparse.ArgumentTypeError(f"{x} must be in (0, 1]")
         return v
 
-    ap.add_argument("--phase-floor", type=share, default=0.5, metavar="R",
+    ap.add_argument("--phase-floor", type=share, default=None, metavar="R",
                     help="--mitigation: a run learned every phase when its worst phase's recall is >= R (default 0.5)")
     ap.add_argument("--fold", type=positive, default=8, metavar="F",
                     help="fold the ablation tables mod F (default 8; the run's modulus when F does not divide it)")
     a = ap.parse_args(argv[1:])  # a bad option or value: argparse names it and exits 2
+    if a.phase_floor is not None and not a.mitigation:
+        ap.error("--phase-floor applies to --mitigation only")  # exits 2, not silently ignored
     runs = []
     try:
         for d in a.runs:
@@ -832,7 +840,7 @@ def main(argv):
     try:
         if a.mitigation:
             mitigation_tables(runs, a.permutations, a.phase_mod, a.drop)
-            plateau_table(runs, a.phase_mod, a.phase_floor, a.drop)
+            plateau_table(runs, a.phase_mod, 0.5 if a.phase_floor is None else a.phase_floor, a.drop)
             if a.figs:
                 figures(runs, a.figs)
             return 0

@@ -340,6 +340,7 @@ for name, args, expect in [
     ("phase floor 0", [runs[0], "--mitigation", "--phase-floor", "0"], "--phase-floor"),
     ("phase floor above 1", [runs[0], "--mitigation", "--phase-floor", "1.5"], "--phase-floor"),
     ("phase floor text", [runs[0], "--mitigation", "--phase-floor", "x"], "--phase-floor"),
+    ("phase floor without --mitigation", [runs[0], "--phase-floor", "0.5"], "--phase-floor"),
     ("unknown option", [runs[0], "--nothing"], "--nothing"),
     ("no run", [], "RUN_DIR"),
     ("missing dir", [os.path.join(out, "no_such_run")], "no_such_run: is not a directory"),

@@ -1206,8 +1206,9 @@ TEMPLATE_TEST_CASE("compress: a non-finite W1 value of the MLP pool is named on 
   // On hardware-FMA paths W1's values are checked by the product that packs W1 (no pass of their
   // own; compress/detail/gemm.hpp), on the others by the validation: either way the call throws
   // naming the element. Grids: NSA's (every entry in place) and one whose first entries have
-  // masked slots (the copied form); threads 1 to 3 (3000 entries: more than 2 tiles of 1024, so
-  // the 2-thread call splits by entries; 1100: by columns of W1); the first, a middle and the last
+  // masked slots (the copied form); threads 1 to 3 (6002 rows, ≈ 3000 entries: more than 2 tiles
+  // of 1024, so 2 threads split by entries; 1100 rows on NSA's grid: by columns of W1, the
+  // mlp_entries_shared path); the first, a middle and the last
   // element; NaN and both infinities. Also a call with no complete entry, and compress_stream.
   using Real = TestType;
   const Real bad[] = {std::numeric_limits<Real>::quiet_NaN(), std::numeric_limits<Real>::infinity(),
@@ -1237,11 +1238,12 @@ TEMPLATE_TEST_CASE("compress: a non-finite W1 value of the MLP pool is named on 
                               Contains(name));
           }
         // no complete entry: the validation itself names it
-        CHECK_THROWS_WITH((kc::compress<Real, Arch>(s, p, x.topRows(2), 0)), Contains(name));
+        REQUIRE(s.head_grid(0).num_entries(1) == 0);
+        CHECK_THROWS_WITH((kc::compress<Real, Arch>(s, p, x.topRows(1), 0)), Contains(name));
         CHECK_THROWS_WITH((kc::compress_stream<Real, Arch>(s, p, 16)), Contains(name));
       });
     }
-    // the check finds nothing in good weights: the same rows as before on every path
+    // and it flags nothing in finite weights (the rows themselves are the GEMM tests' business)
     simd::for_each_arch([&](auto arch) {
       using Arch = decltype(arch);
       CHECK_NOTHROW(kc::compress<Real, Arch>(s, good, x.topRows(1100), 0, {.threads = 2}));
